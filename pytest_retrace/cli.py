@@ -1,0 +1,116 @@
+"""``retrace`` — the command line around the pytest plugin.
+
+    retrace run --model noop,undo,oracle [pytest args...]   run the suite (pytest underneath)
+    retrace validate [cases/ ...]                           load every case file, report problems
+    retrace record cases/x.yaml [...]                       replay on a real desktop, write target/error PNGs
+    retrace summary reports/<run>/results.jsonl [...]       recompute a summary from results (merge runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    import pytest
+
+    argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *extra]
+    return int(pytest.main(argv))
+
+
+def _case_files(paths: list[str]) -> list[Path]:
+    from .cases import find_case_files
+
+    out: list[Path] = []
+    for p in map(Path, paths or ["cases"]):
+        out += find_case_files(p) if p.is_dir() else [p]
+    return out
+
+
+def _cmd_validate(args: argparse.Namespace, extra: list[str]) -> int:
+    from .cases import CaseError, load_case
+
+    bad = 0
+    files = _case_files(args.paths)
+    for path in files:
+        try:
+            case = load_case(path)
+        except CaseError as exc:
+            bad += 1
+            print(f"ERROR {exc}")
+        else:
+            print(f"ok    {path}: {case.task.domain}, t_seed={case.t_seed}/{len(case.trajectory)}, d={case.d}")
+    print(f"{len(files) - bad} valid, {bad} invalid")
+    return 1 if bad or not files else 0
+
+
+def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
+    from .build.record import RecordError, record_case
+    from .cases import CaseError
+    from .envs import EnvError, create_environment
+
+    w, h = (int(v) for v in args.screen.split("x"))
+    env = create_environment("xvfb", size=(w, h))
+    env.start()
+    failed = 0
+    try:
+        for path in _case_files(args.paths):
+            try:
+                rec = record_case(path, env, replays=args.replays)
+            except (RecordError, CaseError, EnvError) as exc:
+                failed += 1
+                print(f"FAILED {exc}")
+                continue
+            print(f"recorded {path}")
+            for line in rec.checks:
+                print(f"  - {line}")
+    finally:
+        env.close()
+    return 1 if failed else 0
+
+
+def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
+    from .session import read_records
+    from .stats import format_table, summarize
+
+    records = [r for p in args.results for r in read_records(Path(p))]
+    summary = summarize(records)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(format_table(summary))
+        print()
+        print(format_table(summary, by_domain=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="retrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the recovery suite (extra arguments go to pytest)")
+    run.add_argument("--model", required=True, help="model config name(s), comma-separated")
+    run.add_argument("-n", "--workers", help="pytest-xdist workers")
+    run.set_defaults(func=_cmd_run)
+    val = sub.add_parser("validate", help="validate case files")
+    val.add_argument("paths", nargs="*")
+    val.set_defaults(func=_cmd_validate)
+    rec = sub.add_parser("record", help="record a case's target and error screenshots on a real desktop")
+    rec.add_argument("paths", nargs="+")
+    rec.add_argument("--replays", type=int, default=3)
+    rec.add_argument("--screen", default="1280x800")
+    rec.set_defaults(func=_cmd_record)
+    summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
+    summ.add_argument("results", nargs="+")
+    summ.add_argument("--json", action="store_true")
+    summ.set_defaults(func=_cmd_summary)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args.func(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Environments: one protocol, several small providers (xvfb today; docker and remote next).
+
+Lifecycle (inspect_ai style): ``start()`` once per worker, ``reset(task, case_dir)`` before each case,
+``close()`` always.  Everything above this layer (replay, evaluators, agents) talks to the protocol only,
+so a docker container or an OSWorld VM can be swapped in without touching them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..actions import Action
+    from ..cases import Task
+    from ..evaluators import CommandResult
+
+
+class EnvError(RuntimeError):
+    """The environment itself failed (crashed display, app that never showed up): an infra error."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    name: str
+    size: tuple[int, int]
+
+    def start(self) -> None: ...
+    def reset(self, task: Task, case_dir: Path) -> None: ...
+    def execute(self, action: Action) -> float:
+        """Perform one action and wait until the screen settles; return the settle time in seconds."""
+        ...
+
+    def screenshot(self) -> np.ndarray: ...
+    def read_file(self, path: str) -> bytes | None: ...
+    def write_file(self, path: str, data: bytes) -> None: ...
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult: ...
+    def close(self) -> None: ...
+
+
+# name -> "module:attribute"; imported lazily so `pytest --help` never pays for a provider's deps.
+PROVIDERS: dict[str, str] = {
+    "xvfb": "pytest_retrace.envs.xvfb:XvfbEnvironment",
+}
+
+
+def register_environment(name: str, target: str | Callable[..., Environment]) -> None:
+    PROVIDERS[name] = target  # type: ignore[assignment]
+
+
+def create_environment(name: str, **options: Any) -> Environment:
+    try:
+        target: Any = PROVIDERS[name]
+    except KeyError:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(PROVIDERS))}") from None
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+    return target(**options)

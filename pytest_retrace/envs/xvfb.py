@@ -1,0 +1,418 @@
+"""The default environment: a real X desktop (Xvfb + openbox) with real Debian apps.
+
+Isolation and determinism choices, each because a screenshot must be reproducible bit for bit:
+- ``Xvfb -displayfd`` picks a free display number itself, so parallel xdist workers never race.
+- Every app runs in a private mount namespace where the environment's own home directory is mounted at
+  ``/home/user``: window titles and file dialogs show the same path in every worker (``/tmp/xyz``
+  would differ per worker and break SSIM against the recorded target).
+- Every process started for a task carries ``RETRACE_SESSION=<tag>`` in its environment; reset kills
+  exactly the processes with that tag (daemons that re-parent away included), without a process tree.
+- Xvfb and the window manager die with the worker even on SIGKILL (PR_SET_PDEATHSIG), and every
+  other process we started dies with Xvfb's display.
+- GTK cursor blink and animations are off; D-Bus is disabled and GSettings writes a keyfile in HOME,
+  so an app's settings are plain files that reset restores (and evaluators can read).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..actions import Action
+from ..cases import CommandStep, FileStep, LaunchStep, Task
+from ..evaluators import CommandResult
+from ..settle import Rect, SettleConfig, wait_stable
+from . import EnvError
+
+GUEST_HOME = "/home/user"
+_TEMPLATE = Path(__file__).with_name("home-template")
+_OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
+
+# pyautogui key names -> X keysyms understood by xdotool
+_KEYSYMS = {
+    "enter": "Return", "esc": "Escape", "tab": "Tab", "space": "space", "backspace": "BackSpace",
+    "delete": "Delete", "insert": "Insert", "home": "Home", "end": "End", "pageup": "Prior",
+    "pagedown": "Next", "up": "Up", "down": "Down", "left": "Left", "right": "Right",
+    "ctrl": "ctrl", "shift": "shift", "alt": "alt", "win": "super", "capslock": "Caps_Lock",
+    "numlock": "Num_Lock", "printscreen": "Print", "menu": "Menu", "pause": "Pause",
+    "scrolllock": "Scroll_Lock", "ctrlleft": "Control_L", "ctrlright": "Control_R",
+    "shiftleft": "Shift_L", "shiftright": "Shift_R", "altleft": "Alt_L", "altright": "Alt_R",
+    "winleft": "Super_L", "winright": "Super_R",
+    "-": "minus", "=": "equal", ",": "comma", ".": "period", "/": "slash", ";": "semicolon",
+    "'": "apostrophe", "[": "bracketleft", "]": "bracketright", "\\": "backslash", "`": "grave",
+    "+": "plus", "*": "asterisk", "!": "exclam", "@": "at", "#": "numbersign", "$": "dollar",
+    "%": "percent", "^": "asciicircum", "&": "ampersand", "(": "parenleft", ")": "parenright",
+    "_": "underscore", ":": "colon", '"': "quotedbl", "<": "less", ">": "greater", "?": "question",
+    "{": "braceleft", "}": "braceright", "|": "bar", "~": "asciitilde",
+} | {f"f{i}": f"F{i}" for i in range(1, 25)}
+_BUTTONS = {"left": "1", "middle": "2", "right": "3"}
+# xdotool needs time to remap a spare keycode for characters not on the keymap (é, €, 中): at a
+# shorter delay GTK drops them.
+_TYPE_DELAY_MS = "25"
+
+
+def _keysym(key: str) -> str:
+    return _KEYSYMS.get(key, key)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the worker that started it dies, however it dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def _namespaces_work() -> bool:
+    try:
+        res = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 0
+
+
+class XvfbEnvironment:
+    name = "xvfb"
+
+    def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
+                 masks: Sequence[Rect] = ()) -> None:
+        self.size = (int(size[0]), int(size[1]))
+        self.settle_cfg = settle or SettleConfig()
+        self.masks: Sequence[Rect] = masks  # set per case by the replay (regions ignored by settling)
+        self.root: Path | None = None
+        self.display = ""
+        self.tag = ""
+        self._xvfb: subprocess.Popen[bytes] | None = None
+        self._wm: subprocess.Popen[bytes] | None = None
+        self._grabber = None
+        self._use_ns = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        for tool in ("Xvfb", "openbox", "xdotool"):
+            if shutil.which(tool) is None:
+                raise EnvError(f"{tool} not found: install the desktop packages (scripts/bootstrap)")
+        self.root = Path(tempfile.mkdtemp(prefix="retrace-xvfb-"))
+        self.tag = self.root.name
+        (self.root / "logs").mkdir()
+        self._use_ns = os.geteuid() == 0 and _namespaces_work()
+        if self._use_ns:
+            os.makedirs(GUEST_HOME, exist_ok=True)
+        read_fd, write_fd = os.pipe()
+        w, h = self.size
+        self._xvfb = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp",
+             "-nocursor", "-dpi", "96", "+extension", "XTEST"],
+            pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
+            preexec_fn=_die_with_parent,
+        )
+        os.close(write_fd)
+        try:
+            self.display = ":" + self._read_display(read_fd)
+        finally:
+            os.close(read_fd)
+        self._wm = subprocess.Popen(
+            ["openbox", "--config-file", str(_OPENBOX_RC)], env=self._env(session=False),
+            stdout=subprocess.DEVNULL, stderr=self._log("openbox"), preexec_fn=_die_with_parent,
+        )
+        self._wait_for_wm()
+        import mss
+
+        factory = getattr(mss, "MSS", None) or mss.mss
+        self._grabber = factory(display=self.display)
+        self._restore_home()
+
+    def _read_display(self, fd: int, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        buf = b""
+        os.set_blocking(fd, False)
+        while not buf.endswith(b"\n"):
+            if self._xvfb is not None and self._xvfb.poll() is not None:
+                raise EnvError(f"Xvfb exited with {self._xvfb.returncode}: {self._tail('Xvfb')}")
+            if time.monotonic() > deadline:
+                raise EnvError("Xvfb did not report a display within 15 s")
+            try:
+                buf += os.read(fd, 32)
+            except BlockingIOError:
+                time.sleep(0.01)
+        return buf.decode().strip()
+
+    def _wait_for_wm(self, timeout: float = 10.0) -> None:
+        # openbox announces itself by setting _NET_SUPPORTING_WM_CHECK on the root window
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._env(session=False),
+                                 capture_output=True, text=True)
+            if "window id" in res.stdout:
+                return
+            if self._wm is not None and self._wm.poll() is not None:
+                raise EnvError(f"openbox exited with {self._wm.returncode}: {self._tail('openbox')}")
+            time.sleep(0.02)
+        raise EnvError("openbox did not start within 10 s")
+
+    def reset(self, task: Task, case_dir: Path) -> None:
+        self._check_alive()
+        self.kill_session()
+        self._restore_home()
+        for i, step in enumerate(task.setup):
+            try:
+                self._setup_step(step, case_dir)
+            except EnvError as exc:
+                raise EnvError(f"task {task.id}: setup[{i}] ({step.type}): {exc}") from None
+        self.settle()
+
+    def close(self) -> None:
+        if self.root is None:
+            return
+        try:
+            self.kill_session()
+        finally:
+            for proc in (self._wm, self._xvfb):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+            if self._grabber is not None:
+                try:
+                    self._grabber.close()
+                except Exception:  # the display is gone already; nothing left to release
+                    pass
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+    # -- processes ---------------------------------------------------------------------------------
+    def _env(self, session: bool = True) -> dict[str, str]:
+        assert self.root is not None
+        home = GUEST_HOME if self._use_ns else str(self.home)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "DISPLAY": self.display,
+            "HOME": home,
+            "USER": "root", "LOGNAME": "root",
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+            "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_CACHE_HOME": f"{home}/.cache", "XDG_RUNTIME_DIR": str(self.root / "runtime"),
+            # no session bus: apps fall back to single-instance-less mode, nothing outlives a reset
+            "DBUS_SESSION_BUS_ADDRESS": "disabled:", "NO_AT_BRIDGE": "1", "GTK_A11Y": "none",
+            "GSETTINGS_BACKEND": "keyfile", "GTK_OVERLAY_SCROLLING": "0",
+            "XDG_SESSION_TYPE": "x11", "RETRACE_ENV": self.tag,
+        }
+        if session:
+            env["RETRACE_SESSION"] = self.tag
+        return env
+
+    def _wrap(self, argv: list[str]) -> list[str]:
+        """Run argv with the environment's home mounted at /home/user (see module docstring)."""
+        if not self._use_ns:
+            return argv
+        script = 'mount --bind "$0" /home/user && cd /home/user && exec "$@"'
+        return ["unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", script, str(self.home), *argv]
+
+    def _log(self, name: str):  # noqa: ANN202 - a file object for Popen
+        assert self.root is not None
+        return open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - Popen keeps it
+
+    def _tail(self, name: str, n: int = 600) -> str:
+        assert self.root is not None
+        try:
+            return (self.root / "logs" / f"{name}.log").read_bytes()[-n:].decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def _check_alive(self) -> None:
+        if self._xvfb is None or self._xvfb.poll() is not None:
+            raise EnvError("the X server is not running")
+        if self._wm is None or self._wm.poll() is not None:
+            raise EnvError("the window manager is not running")
+
+    def session_pids(self) -> list[int]:
+        """Every live process started for the current task (tagged RETRACE_SESSION=<tag>)."""
+        needle = f"RETRACE_SESSION={self.tag}".encode() + b"\0"
+        pids = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                    if needle in fh.read():
+                        pids.append(int(entry.name))
+            except OSError:
+                continue  # exited meanwhile, or a kernel thread
+        return pids
+
+    def kill_session(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while pids := self.session_pids():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)  # HOME is thrown away next, so nothing needs a clean exit
+                except ProcessLookupError:
+                    pass
+            # reap our own children so they don't linger as zombies (still listed in /proc)
+            while True:
+                try:
+                    if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                        break
+                except ChildProcessError:
+                    break
+            if time.monotonic() > deadline:
+                raise EnvError(f"processes {pids} survived SIGKILL for {timeout} s")
+            time.sleep(0.005)
+
+    # -- home directory ----------------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        assert self.root is not None
+        return self.root / "home"
+
+    def _restore_home(self) -> None:
+        assert self.root is not None
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.copytree(_TEMPLATE, self.home, symlinks=True)
+        runtime = self.root / "runtime"
+        shutil.rmtree(runtime, ignore_errors=True)
+        runtime.mkdir(mode=0o700)
+
+    def host_path(self, path: str) -> Path:
+        """Where a guest path (``~/x``, ``/home/user/x`` or absolute) lives on this machine."""
+        if path == "~" or path.startswith("~/"):
+            return self.home / path[2:]
+        if path == GUEST_HOME or path.startswith(GUEST_HOME + "/"):
+            return self.home / path[len(GUEST_HOME) + 1 :]
+        if not path.startswith("/"):
+            return self.home / path
+        return Path(path)
+
+    def guest_path(self, path: str) -> str:
+        home = GUEST_HOME if self._use_ns else str(self.home)
+        if path == "~" or path.startswith("~/"):
+            return home + path[1:]
+        return path
+
+    def read_file(self, path: str) -> bytes | None:
+        try:
+            return self.host_path(path).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self.host_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        self._check_alive()
+        try:
+            res = subprocess.run(self._wrap(["/bin/sh", "-c", command]), env=self._env(), capture_output=True,
+                                 timeout=timeout, cwd=self.home, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise EnvError(f"command timed out after {timeout} s: {command}") from None
+        return CommandResult(res.returncode, res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace"))
+
+    # -- setup steps -------------------------------------------------------------------------------
+    def _setup_step(self, step: LaunchStep | FileStep | CommandStep, case_dir: Path) -> None:
+        if isinstance(step, FileStep):
+            data = step.content.encode() if step.content is not None else (case_dir / str(step.src)).read_bytes()
+            self.write_file(step.path, data)
+        elif isinstance(step, CommandStep):
+            res = self.run(step.command, timeout=step.timeout)
+            if res.returncode != 0:
+                raise EnvError(f"`{step.command}` exited {res.returncode}: {res.stderr.strip()[-300:]}")
+        else:
+            self.launch(step.command, window=step.window, timeout=step.timeout)
+
+    def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        argv = [self.guest_path(a) for a in argv]
+        if shutil.which(argv[0]) is None:
+            raise EnvError(f"{argv[0]} is not installed")
+        name = Path(argv[0]).name
+        with self._log(name) as log:
+            proc = subprocess.Popen(self._wrap(argv), env=self._env(), cwd=self.home, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        if window is None:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.find_windows(window):
+                return
+            if proc.poll() is not None:
+                raise EnvError(f"{name} exited with {proc.returncode} before showing a window: {self._tail(name)}")
+            time.sleep(0.02)
+        raise EnvError(f"no window matching {window!r} within {timeout} s: {self._tail(name)}")
+
+    def find_windows(self, pattern: str) -> list[str]:
+        """Visible windows whose class or title matches the regex `pattern`."""
+        found: list[str] = []
+        for field in ("--class", "--name"):
+            res = subprocess.run(["xdotool", "search", "--onlyvisible", field, pattern], env=self._env(False),
+                                 capture_output=True, text=True)
+            found += res.stdout.split()
+        return sorted(set(found))
+
+    # -- input and output --------------------------------------------------------------------------
+    def screenshot(self) -> np.ndarray:
+        self._check_alive()
+        shot = self._grabber.grab(self._grabber.monitors[1])  # type: ignore[union-attr]
+        # BGRA -> RGB without a copy per channel
+        return np.asarray(shot, dtype=np.uint8)[..., 2::-1].copy()
+
+    def settle(self) -> float:
+        return wait_stable(self.screenshot, self.settle_cfg, self.masks).seconds
+
+    def execute(self, action: Action) -> float:
+        self._check_alive()
+        if action.kind == "wait":
+            time.sleep(action.seconds)
+        elif action.kind == "type":
+            # xdotool drops "\n" inside `type` text: newlines go as Return key presses
+            for i, line in enumerate(action.text.split("\n")):
+                if i:
+                    self._xdotool(["key", "Return"])
+                if line:
+                    self._xdotool(["type", "--delay", _TYPE_DELAY_MS, "--", line])
+        elif not action.terminal:
+            self._xdotool(self._xdotool_args(action))
+        return self.settle()
+
+    def _xdotool(self, args: list[str]) -> None:
+        res = subprocess.run(["xdotool", *args], env=self._env(False), capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise EnvError(f"xdotool {' '.join(args)} failed: {res.stderr.strip()}")
+
+    def _xdotool_args(self, a: Action) -> list[str]:
+        move = ["mousemove", "--sync", str(a.x), str(a.y)] if a.x is not None else []
+        button = _BUTTONS[a.button]
+        if a.kind == "click":
+            return [*move, "click", "--repeat", str(a.clicks), "--delay", "80", button]
+        if a.kind == "move":
+            return move
+        if a.kind == "mouse_down":
+            return [*move, "mousedown", button]
+        if a.kind == "mouse_up":
+            return [*move, "mouseup", button]
+        if a.kind == "drag":
+            # intermediate motion so toolkits see a real drag, not a teleport
+            return [*move, "mousedown", button, "sleep", "0.05", "mousemove", "--sync", str(a.x2), str(a.y2),
+                    "sleep", "0.05", "mouseup", button]
+        if a.kind == "scroll":
+            steps = []
+            if a.dy:
+                steps += ["click", "--repeat", str(abs(a.dy)), "--delay", "30", "4" if a.dy > 0 else "5"]
+            if a.dx:
+                steps += ["click", "--repeat", str(abs(a.dx)), "--delay", "30", "7" if a.dx > 0 else "6"]
+            return [*move, *steps]
+        if a.kind == "key":
+            return ["key", "--delay", "40", "--repeat", str(a.presses), "--", *(_keysym(k) for k in a.keys)]
+        if a.kind == "hotkey":
+            return ["key", "--repeat", str(a.presses), "--", "+".join(_keysym(k) for k in a.keys)]
+        if a.kind in ("key_down", "key_up"):
+            return [a.kind.replace("_", ""), "--", *(_keysym(k) for k in a.keys)]
+        raise EnvError(f"action {a.kind!r} is not supported by the xvfb environment")
+

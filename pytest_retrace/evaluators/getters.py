@@ -1,0 +1,78 @@
+"""Built-in getters: turn a ``{type: ..., ...}`` block into the value a metric compares.
+
+Getters read the environment only through :class:`EvalEnv`; exceptions the environment raises are
+infrastructure failures and are left to propagate (the engine recognises them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .base import CommandResult, EvaluatorError, GetterContext, register_getter
+
+_TIMEOUT = {"timeout": (int, float)}
+
+
+@register_getter("vm_file", required={"path": str}, optional={})
+def vm_file(config: Mapping[str, Any], ctx: GetterContext) -> bytes | None:
+    """The file's bytes inside the environment, None when it does not exist."""
+    return ctx.env.read_file(config["path"])
+
+
+@register_getter("vm_file_exists", required={"path": str}, optional={})
+def vm_file_exists(config: Mapping[str, Any], ctx: GetterContext) -> bool:
+    # EvalEnv has no stat(); reading is the one portable probe and the files checked are small.
+    return ctx.env.read_file(config["path"]) is not None
+
+
+@register_getter("vm_command_line", required={"command": str}, optional=_TIMEOUT)
+def vm_command_line(config: Mapping[str, Any], ctx: GetterContext) -> str:
+    """The command's stdout only; a non-zero exit still yields its stdout (use
+    ``vm_command_result`` + ``command_succeeds`` to check the exit status)."""
+    return _run(config, ctx).stdout
+
+
+@register_getter("vm_command_result", required={"command": str}, optional=_TIMEOUT)
+def vm_command_result(config: Mapping[str, Any], ctx: GetterContext) -> CommandResult:
+    return _run(config, ctx)
+
+
+def _run(config: Mapping[str, Any], ctx: GetterContext) -> CommandResult:
+    return ctx.env.run(config["command"], timeout=float(config.get("timeout", 30.0)))
+
+
+@register_getter("rule", required={"rules": object}, optional={})
+def rule(config: Mapping[str, Any], ctx: GetterContext) -> Any:
+    """The literal ``rules`` value, whatever its shape."""
+    return config["rules"]
+
+
+@register_getter("none", optional={})
+def none(config: Mapping[str, Any], ctx: GetterContext) -> None:
+    return None
+
+
+@register_getter("local_file", required={"path": str}, optional={})
+def local_file(config: Mapping[str, Any], ctx: GetterContext) -> bytes:
+    """Bytes of a file shipped with the case, relative to the case YAML's directory.
+
+    A missing file here is the case author's bug, not the agent's, hence EvaluatorError.
+    """
+    if ctx.case_dir is None:
+        raise EvaluatorError("local_file needs the case directory (evaluate(..., case_dir=...))")
+    target = Path(ctx.case_dir) / config["path"]
+    if not target.is_file():
+        raise EvaluatorError(f"local_file: {str(target)!r} does not exist")
+    return target.read_bytes()
+
+
+def check_local_path(path: str) -> str | None:
+    """Why ``path`` is unacceptable for ``local_file`` (None when fine): it must stay inside the case dir."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or path.startswith("~"):
+        return "must be relative to the case directory"
+    if ".." in pure.parts:
+        return "must not leave the case directory ('..')"
+    return None

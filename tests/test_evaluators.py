@@ -1,0 +1,815 @@
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_retrace.evaluators import (
+    GETTERS,
+    METRICS,
+    CommandResult,
+    EvalEnv,
+    Evaluation,
+    EvaluatorError,
+    GetterContext,
+    Score,
+    base,
+    evaluate,
+    register_getter,
+    register_metric,
+    validate_evaluator,
+)
+
+
+class LocalEnv:
+    """A real EvalEnv over the local machine: `~` is a temporary home, commands run in bash."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def expand(self, path: str) -> Path:
+        if path == "~" or path.startswith("~/"):
+            return self.home / path[2:]
+        return Path(path)
+
+    def read_file(self, path: str) -> bytes | None:
+        target = self.expand(path)
+        return target.read_bytes() if target.is_file() else None
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        env = {**os.environ, "HOME": str(self.home)}
+        try:
+            proc = subprocess.run(
+                ["bash", "-c", command],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                cwd=self.home,
+            )
+        except subprocess.TimeoutExpired:
+            return CommandResult(124, "", "timed out")  # an outcome, not an infrastructure failure
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+class BrokenEnv(LocalEnv):
+    """The sandbox died: every call raises, as a real environment would on a lost VM."""
+
+    def read_file(self, path: str) -> bytes | None:
+        raise OSError("connection to the VM lost")
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        raise RuntimeError("sandbox is gone")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> LocalEnv:
+    home = tmp_path / "home"
+    home.mkdir()
+    return LocalEnv(home)
+
+
+def write(env: LocalEnv, name: str, content: str | bytes) -> None:
+    target = env.home / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, str):
+        target.write_text(content, encoding="utf-8")
+    else:
+        target.write_bytes(content)
+
+
+def check(func: str, result: dict[str, Any], expected: Any = None, **options: Any) -> dict[str, Any]:
+    """A single-func evaluator block; `expected` given as a rule literal."""
+    spec: dict[str, Any] = {"func": func, "result": result}
+    if expected is not None:
+        spec["expected"] = {"type": "rule", "rules": expected}
+    if options:
+        spec["options"] = options
+    return spec
+
+
+def file(path: str) -> dict[str, Any]:
+    return {"type": "vm_file", "path": path}
+
+
+def score(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None) -> float:
+    return evaluate(spec, env, case_dir).score
+
+
+def test_local_env_satisfies_protocol(env: LocalEnv) -> None:
+    assert isinstance(env, EvalEnv)
+
+
+# --- getters -------------------------------------------------------------------------------------
+
+
+def test_vm_file_getter_reads_bytes_or_none(env: LocalEnv) -> None:
+    write(env, "a.txt", "hi")
+    ctx = GetterContext(env)
+    assert GETTERS["vm_file"]({"type": "vm_file", "path": "~/a.txt"}, ctx) == b"hi"
+    assert GETTERS["vm_file"]({"type": "vm_file", "path": "~/nope.txt"}, ctx) is None
+
+
+def test_vm_file_exists_getter(env: LocalEnv) -> None:
+    write(env, "a.txt", "")
+    ctx = GetterContext(env)
+    assert GETTERS["vm_file_exists"]({"type": "vm_file_exists", "path": "~/a.txt"}, ctx) is True
+    assert GETTERS["vm_file_exists"]({"type": "vm_file_exists", "path": "~/b.txt"}, ctx) is False
+
+
+def test_vm_command_line_returns_stdout_even_on_failure(env: LocalEnv) -> None:
+    ctx = GetterContext(env)
+    assert (
+        GETTERS["vm_command_line"]({"type": "vm_command_line", "command": "echo $HOME"}, ctx)
+        == f"{env.home}\n"
+    )
+    failing = {"type": "vm_command_line", "command": "echo partial; exit 3"}
+    assert GETTERS["vm_command_line"](failing, ctx) == "partial\n"
+
+
+def test_vm_command_result_getter(env: LocalEnv) -> None:
+    got = GETTERS["vm_command_result"](
+        {"type": "vm_command_result", "command": "echo out; echo err >&2; exit 2"}, GetterContext(env)
+    )
+    assert got == CommandResult(2, "out\n", "err\n")
+
+
+def test_rule_and_none_getters(env: LocalEnv) -> None:
+    ctx = GetterContext(env)
+    assert GETTERS["rule"]({"type": "rule", "rules": {"a": [1, 2]}}, ctx) == {"a": [1, 2]}
+    assert GETTERS["none"]({"type": "none"}, ctx) is None
+
+
+def test_local_file_getter_reads_relative_to_case_dir(env: LocalEnv, tmp_path: Path) -> None:
+    case_dir = tmp_path / "case"
+    (case_dir / "expected").mkdir(parents=True)
+    (case_dir / "expected" / "notes.txt").write_text("Hello world\n")
+    write(env, "notes.txt", "Hello world\n")
+    spec = {
+        "func": "compare_text_file",
+        "result": file("~/notes.txt"),
+        "expected": {"type": "local_file", "path": "expected/notes.txt"},
+    }
+    assert evaluate(spec, env, case_dir).passed
+
+
+def test_local_file_missing_is_a_case_error(env: LocalEnv, tmp_path: Path) -> None:
+    spec = {
+        "func": "exact_match",
+        "result": file("~/x"),
+        "expected": {"type": "local_file", "path": "gone.txt"},
+    }
+    with pytest.raises(EvaluatorError, match=r"^evaluator\.expected: local_file"):
+        evaluate(spec, env, tmp_path)
+    with pytest.raises(EvaluatorError, match="case directory"):
+        evaluate(spec, env)
+
+
+def test_absent_and_none_expected_give_none(env: LocalEnv) -> None:
+    write(env, "a.txt", "x")
+    assert score({"func": "file_exists", "result": file("~/a.txt")}, env) == 1.0
+    assert score({"func": "file_exists", "result": file("~/a.txt"), "expected": {"type": "none"}}, env) == 1.0
+    assert score({"func": "file_exists", "result": file("~/a.txt"), "expected": None}, env) == 1.0
+
+
+# --- text metrics --------------------------------------------------------------------------------
+
+
+def test_exact_match_decodes_bytes(env: LocalEnv) -> None:
+    write(env, "a.txt", "héllo")
+    assert score(check("exact_match", file("~/a.txt"), "héllo"), env) == 1.0
+    assert score(check("exact_match", file("~/a.txt"), "hello"), env) == 0.0
+    cmd = {"type": "vm_command_line", "command": "echo 42"}
+    assert score(check("exact_match", cmd, "42"), env) == 0.0  # trailing newline counts...
+    assert score(check("exact_match", cmd, "42", strip=True), env) == 1.0  # ...unless stripped
+
+
+def test_file_exists_metric(env: LocalEnv) -> None:
+    write(env, "a.txt", "x")
+    exists = {"type": "vm_file_exists", "path": "~/a.txt"}
+    assert score({"func": "file_exists", "result": exists}, env) == 1.0
+    assert score(check("file_exists", exists, False), env) == 0.0
+    assert score(check("file_exists", file("~/gone.txt"), False), env) == 1.0
+    result = evaluate({"func": "file_exists", "result": file("~/gone.txt")}, env)
+    assert not result.passed and result.details == [
+        "file_exists(~/gone.txt): does not exist, expected the opposite"
+    ]
+
+
+def test_compare_text_file_pass_fail_and_detail_line(env: LocalEnv) -> None:
+    write(env, "notes.txt", "Hello wor")
+    failed = evaluate(check("compare_text_file", file("~/notes.txt"), {"text": "Hello world"}), env)
+    assert failed == Evaluation(0.0, False, ["compare_text_file(~/notes.txt): 'Hello wor' != 'Hello world'"])
+    write(env, "notes.txt", "Hello world\n")
+    assert evaluate(check("compare_text_file", file("~/notes.txt"), {"text": "Hello world\n"}), env).passed
+    assert score(check("compare_text_file", file("~/notes.txt"), "Hello world"), env) == 0.0
+    assert score(check("compare_text_file", file("~/notes.txt"), "Hello world", strip=True), env) == 1.0
+
+
+def test_compare_text_file_options(env: LocalEnv) -> None:
+    write(env, "n.txt", "  Hello\n\n   WORLD  \n")
+    spec = check("compare_text_file", file("~/n.txt"), "hello world", ignore_blanks=True, ignore_case=True)
+    assert score(spec, env) == 1.0
+    assert score(check("compare_text_file", file("~/n.txt"), "hello world", ignore_blanks=True), env) == 0.0
+
+
+def test_compare_text_file_names_first_differing_line(env: LocalEnv) -> None:
+    write(env, "n.txt", "a\nb\nc\n")
+    result = evaluate(check("compare_text_file", file("~/n.txt"), "a\nB\nc\n"), env)
+    assert result.details == ["compare_text_file(~/n.txt): line 2: 'b' != 'B'"]
+
+
+def test_compare_text_file_missing_file(env: LocalEnv) -> None:
+    result = evaluate(check("compare_text_file", file("~/n.txt"), "x"), env)
+    assert result.details == ["compare_text_file(~/n.txt): file does not exist"]
+
+
+def test_match_regex(env: LocalEnv) -> None:
+    write(env, "log.txt", "start\nStatus: OK\nend\n")
+    assert (
+        score(check("match_regex", file("~/log.txt"), {"pattern": r"^Status: OK$"}, multiline=True), env)
+        == 1.0
+    )
+    assert score(check("match_regex", file("~/log.txt"), r"^Status: OK$"), env) == 0.0
+    assert score(check("match_regex", file("~/log.txt"), "status: ok", ignorecase=True), env) == 1.0
+    assert score(check("match_regex", file("~/log.txt"), "FAILED"), env) == 0.0
+
+
+def test_contains_text(env: LocalEnv) -> None:
+    cmd = {"type": "vm_command_line", "command": "printf 'alpha beta gamma'"}
+    assert score(check("contains_text", cmd, "beta"), env) == 1.0
+    assert score(check("contains_text", cmd, ["alpha", "gamma"]), env) == 1.0
+    assert score(check("contains_text", cmd, {"text": "BETA"}), env) == 0.0
+    assert score(check("contains_text", cmd, {"text": "BETA"}, ignore_case=True), env) == 1.0
+    failed = evaluate(check("contains_text", cmd, ["alpha", "delta"]), env)
+    assert "missing 'delta'" in failed.details[0]
+
+
+def test_command_succeeds(env: LocalEnv) -> None:
+    ok = {"type": "vm_command_result", "command": "test -d ~"}
+    bad = {"type": "vm_command_result", "command": "echo nope >&2; exit 1"}
+    assert score({"func": "command_succeeds", "result": ok}, env) == 1.0
+    failed = evaluate({"func": "command_succeeds", "result": bad}, env)
+    assert failed.score == 0.0 and failed.details == [
+        "command_succeeds(echo nope >&2; exit 1): exit 1, expected 0: 'nope'"
+    ]
+    assert score(check("command_succeeds", bad, 1), env) == 1.0
+
+
+def test_undecodable_text_scores_zero_with_reason(env: LocalEnv) -> None:
+    write(env, "n.txt", b"\xff\xfe bad")
+    result = evaluate(check("compare_text_file", file("~/n.txt"), "x"), env)
+    assert result.score == 0.0 and "UnicodeDecodeError" in result.details[0]
+
+
+# --- JSON / INI ----------------------------------------------------------------------------------
+
+SETTINGS = {"editor": {"fontSize": 14, "wordWrap": "on", "rulers": [80, 120]}, "telemetry": False}
+
+
+def test_check_json_key_single_and_many(env: LocalEnv) -> None:
+    write(env, "settings.json", json.dumps(SETTINGS))
+    path = file("~/settings.json")
+    assert score(check("check_json_key", path, {"key": "editor.fontSize", "value": 14}), env) == 1.0
+    assert score(check("check_json_key", path, {"key": "editor.fontSize", "value": 12}), env) == 0.0
+    many = {"keys": {"editor.wordWrap": "on", "editor.rulers.1": 120, "telemetry": False}}
+    assert score(check("check_json_key", path, many), env) == 1.0
+
+
+def test_check_json_key_missing_and_strict_types(env: LocalEnv) -> None:
+    write(env, "settings.json", json.dumps(SETTINGS))
+    missing = evaluate(
+        check("check_json_key", file("~/settings.json"), {"key": "editor.tabSize", "value": 4}), env
+    )
+    assert missing.score == 0.0 and missing.details == [
+        "check_json_key(~/settings.json): editor.tabSize: missing"
+    ]
+    # JSON false must not match 0.
+    assert (
+        score(check("check_json_key", file("~/settings.json"), {"key": "telemetry", "value": 0}), env) == 0.0
+    )
+
+
+def test_check_json_key_invalid_json_scores_zero(env: LocalEnv) -> None:
+    write(env, "settings.json", "{not json")
+    result = evaluate(check("check_json_key", file("~/settings.json"), {"key": "a", "value": 1}), env)
+    assert result.score == 0.0 and "JSONDecodeError" in result.details[0]
+
+
+def test_check_ini_key_plain_ini(env: LocalEnv) -> None:
+    write(env, "app.ini", "[General]\nTheme = dark\nvolume=7\n; comment\n[DEFAULT]\nx=1\n")
+    path = file("~/app.ini")
+    assert (
+        score(check("check_ini_key", path, {"section": "General", "key": "Theme", "value": "dark"}), env)
+        == 1.0
+    )
+    assert score(check("check_ini_key", path, {"keys": {"General/volume": 7, "DEFAULT/x": "1"}}), env) == 1.0
+    assert (
+        score(check("check_ini_key", path, {"section": "General", "key": "theme", "value": "dark"}), env)
+        == 0.0
+    )
+    missing = evaluate(check("check_ini_key", path, {"keys": {"Other/Theme": "dark"}}), env)
+    assert missing.details == ["check_ini_key(~/app.ini): Other/Theme: missing"]
+
+
+def test_check_ini_key_glib_keyfile_and_dconf_dump(env: LocalEnv) -> None:
+    keyfile = (
+        "# GLib keyfile\n[Desktop Entry]\nName=Editor\nName[de]=Bearbeiter\n"
+        "[org/gnome/desktop/interface]\nmonospace-font-name='Monospace 12'\nenable-animations=false\n"
+    )
+    write(env, ".config/dump.ini", keyfile)
+    path = file("~/.config/dump.ini")
+    font = {"keys": {"org/gnome/desktop/interface/monospace-font-name": "Monospace 12"}}
+    assert score(check("check_ini_key", path, font), env) == 0.0  # quoted in the file
+    assert score(check("check_ini_key", path, font, unquote=True), env) == 1.0
+    others = {
+        "keys": {
+            "Desktop Entry/Name[de]": "Bearbeiter",
+            "org/gnome/desktop/interface/enable-animations": False,
+        }
+    }
+    assert score(check("check_ini_key", path, others), env) == 1.0
+
+
+def test_check_ini_key_from_command_output(env: LocalEnv) -> None:
+    cmd = {"type": "vm_command_line", "command": "printf '[a/b]\\nk=\"v w\"\\n'"}
+    assert (
+        score(check("check_ini_key", cmd, {"section": "a/b", "key": "k", "value": "v w"}, unquote=True), env)
+        == 1.0
+    )
+
+
+def test_check_ini_key_unparseable_scores_zero(env: LocalEnv) -> None:
+    write(env, "bad.ini", "key=before any section\n")
+    result = evaluate(
+        check("check_ini_key", file("~/bad.ini"), {"section": "a", "key": "b", "value": "c"}), env
+    )
+    assert result.score == 0.0 and "MissingSectionHeaderError" in result.details[0]
+
+
+# --- spreadsheets --------------------------------------------------------------------------------
+
+GNUMERIC_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<gnm:Workbook xmlns:gnm="http://www.gnumeric.org/v10.dtd" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+  <gnm:Version Epoch="1" Major="12" Minor="55" Full="1.12.55"/>
+  <gnm:SheetNameIndex>
+    <gnm:SheetName gnm:Cols="256" gnm:Rows="65536">Budget</gnm:SheetName>
+    <gnm:SheetName gnm:Cols="256" gnm:Rows="65536">Notes</gnm:SheetName>
+  </gnm:SheetNameIndex>
+  <gnm:Sheets>
+    <gnm:Sheet DisplayFormulas="0" HideZero="0" HideGrid="0">
+      <gnm:Name>Budget</gnm:Name>
+      <gnm:MaxCol>2</gnm:MaxCol>
+      <gnm:MaxRow>1</gnm:MaxRow>
+      <gnm:Names>
+        <gnm:Name><gnm:name>Print_Area</gnm:name><gnm:value>#REF!</gnm:value></gnm:Name>
+      </gnm:Names>
+      <gnm:Cells>
+        <gnm:Cell Row="0" Col="0" ValueType="60">Item</gnm:Cell>
+        <gnm:Cell Row="0" Col="1" ValueType="40">42</gnm:Cell>
+        <gnm:Cell Row="1" Col="1" ValueType="40">3.5000000000000001</gnm:Cell>
+        <gnm:Cell Row="1" Col="2" ValueType="20">TRUE</gnm:Cell>
+        <gnm:Cell Row="2" Col="1">=B1*2</gnm:Cell>
+      </gnm:Cells>
+    </gnm:Sheet>
+    <gnm:Sheet>
+      <gnm:Name>Notes</gnm:Name>
+      <gnm:Cells><gnm:Cell Row="0" Col="0" ValueType="60">todo</gnm:Cell></gnm:Cells>
+    </gnm:Sheet>
+  </gnm:Sheets>
+</gnm:Workbook>
+"""
+
+CELLS = {"A1": "Item", "B1": "42", "B2": 3.5}
+
+
+def cells(expected: dict[str, Any]) -> dict[str, Any]:
+    return {"cells": expected}
+
+
+def make_xlsx() -> bytes:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Budget"
+    sheet["A1"], sheet["B1"], sheet["B2"], sheet["C2"] = "Item", 42, 3.5, True
+    book.create_sheet("Notes")["A1"] = "todo"
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture(params=["csv", "xlsx", "gnumeric"])
+def sheet_path(request: pytest.FixtureRequest, env: LocalEnv) -> str:
+    content = {
+        "csv": b"Item,42,\n,3.5,TRUE\n",
+        "xlsx": make_xlsx(),
+        "gnumeric": gzip.compress(GNUMERIC_XML.encode()),
+    }[request.param]
+    write(env, f"budget.{request.param}", content)
+    return f"~/budget.{request.param}"
+
+
+def test_compare_cells_passes_in_every_format(env: LocalEnv, sheet_path: str) -> None:
+    assert evaluate(
+        check("compare_cells", file(sheet_path), cells({**CELLS, "C2": True, "A2": None})), env
+    ).passed
+    assert score(check("compare_cell", file(sheet_path), {"cell": "B1", "value": 42}), env) == 1.0
+
+
+def test_compare_cells_fails_in_every_format(env: LocalEnv, sheet_path: str) -> None:
+    result = evaluate(check("compare_cells", file(sheet_path), cells({"B1": 41, "A1": "item"})), env)
+    assert result.score == 0.0
+    assert "B1:" in result.details[0] and "A1: 'Item' != 'item'" in result.details[0]
+
+
+def test_compare_cells_numeric_tolerance(env: LocalEnv, sheet_path: str) -> None:
+    assert score(check("compare_cells", file(sheet_path), cells({"B2": 3.51})), env) == 0.0
+    assert score(check("compare_cells", file(sheet_path), cells({"B2": 3.51}), abs_tol=0.02), env) == 1.0
+
+
+def test_compare_cells_sheet_by_name(env: LocalEnv) -> None:
+    for name, content in (("b.xlsx", make_xlsx()), ("b.gnumeric", gzip.compress(GNUMERIC_XML.encode()))):
+        write(env, name, content)
+        assert (
+            score(check("compare_cells", file(f"~/{name}"), cells({"A1": "todo"}), sheet="Notes"), env) == 1.0
+        )
+        missing = evaluate(check("compare_cells", file(f"~/{name}"), cells({"A1": "x"}), sheet="Nope"), env)
+        assert missing.score == 0.0 and "no sheet 'Nope'" in missing.details[0]
+
+
+def test_xlsx_dates_and_cached_formula_values(env: LocalEnv) -> None:
+    import datetime as dt
+
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active["A1"] = dt.datetime(2024, 3, 1)
+    book.active["A2"] = "=1+1"  # openpyxl stores no cached value: the cell reads as empty (data_only)
+    buffer = io.BytesIO()
+    book.save(buffer)
+    write(env, "d.xlsx", buffer.getvalue())
+    expected = cells({"A1": "2024-03-01", "A2": None})
+    assert score(check("compare_cells", file("~/d.xlsx"), expected), env) == 1.0
+
+
+def test_gnumeric_formula_cells_hold_their_formula(env: LocalEnv) -> None:
+    write(env, "b.gnumeric", gzip.compress(GNUMERIC_XML.encode()))
+    assert score(check("compare_cells", file("~/b.gnumeric"), cells({"B3": "=B1*2"})), env) == 1.0
+
+
+def test_uncompressed_gnumeric_is_read_too(env: LocalEnv) -> None:
+    write(env, "plain.gnumeric", GNUMERIC_XML)
+    assert score(check("compare_cells", file("~/plain.gnumeric"), cells(CELLS)), env) == 1.0
+
+
+@pytest.mark.skipif(shutil.which("ssconvert") is None, reason="needs Gnumeric's ssconvert")
+def test_compare_cells_on_a_file_written_by_gnumeric(env: LocalEnv) -> None:
+    write(env, "in.csv", "Item,42\nx,3.5\n")
+    assert env.run("ssconvert ~/in.csv ~/real.gnumeric").returncode == 0
+    assert score(check("compare_cells", file("~/real.gnumeric"), cells(CELLS)), env) == 1.0
+
+
+def test_compare_cells_format_option_and_command_output(env: LocalEnv) -> None:
+    write(env, "data.txt", "a,b\n1,2\n")
+    assert score(check("compare_cells", file("~/data.txt"), cells({"B2": 2}), format="csv"), env) == 1.0
+    cmd = {"type": "vm_command_line", "command": "printf 'x\\ty\\n'"}
+    assert score(check("compare_cells", cmd, cells({"B1": "y"}), format="tsv"), env) == 1.0
+
+
+def test_compare_cells_missing_file(env: LocalEnv) -> None:
+    result = evaluate(check("compare_cells", file("~/gone.xlsx"), cells({"A1": 1})), env)
+    assert result.score == 0.0 and result.details == ["compare_cells(~/gone.xlsx): file does not exist"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error"),
+    [
+        ("bad.xlsx", b"this is not a zip", "BadZipFile"),
+        ("bad.gnumeric", b"\x1f\x8b\x08\x00garbage", "error:"),
+        (
+            "bad2.gnumeric",
+            b"<gnm:Workbook xmlns:gnm='http://www.gnumeric.org/v10.dtd'><unclosed>",
+            "ParseError",
+        ),
+        ("other.gnumeric", b"<html/>", "not a Gnumeric workbook"),
+    ],
+)
+def test_corrupt_spreadsheets_score_zero_with_reason(
+    env: LocalEnv, name: str, content: bytes, error: str
+) -> None:
+    write(env, name, content)
+    result = evaluate(check("compare_cells", file(f"~/{name}"), cells({"A1": 1})), env)
+    assert result.score == 0.0 and not result.passed
+    assert error in result.details[0]
+
+
+# --- composition and negation --------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_files(env: LocalEnv) -> LocalEnv:
+    write(env, "a.txt", "A")
+    write(env, "b.txt", "B")
+    return env
+
+
+def pair(conj: str, second: str) -> dict[str, Any]:
+    return {
+        "func": ["compare_text_file", "compare_text_file"],
+        "result": [file("~/a.txt"), file("~/b.txt")],
+        "expected": [{"type": "rule", "rules": "A"}, {"type": "rule", "rules": second}],
+        "conj": conj,
+    }
+
+
+def test_func_list_and_or(two_files: LocalEnv) -> None:
+    assert score(pair("and", "B"), two_files) == 1.0
+    anded = evaluate(pair("and", "X"), two_files)
+    assert anded.score == 0.0 and len(anded.details) == 2  # all checks run, for complete details
+    assert score(pair("or", "X"), two_files) == 1.0
+    assert score({**pair("or", "X"), "expected": [{"type": "rule", "rules": "Y"}] * 2}, two_files) == 0.0
+
+
+def test_func_list_defaults_to_and_and_per_func_options(two_files: LocalEnv) -> None:
+    spec = pair("and", " B ")
+    del spec["conj"]
+    assert score(spec, two_files) == 0.0
+    assert score({**spec, "options": [{}, {"strip": True}]}, two_files) == 1.0
+    assert score({**spec, "options": [None, {"strip": True}]}, two_files) == 1.0
+
+
+def test_nested_checks(two_files: LocalEnv) -> None:
+    spec = {
+        "conj": "or",
+        "checks": [
+            pair("and", "X"),
+            {"conj": "and", "checks": [check("file_exists", file("~/a.txt")), pair("or", "nope")]},
+        ],
+    }
+    assert evaluate(spec, two_files).passed
+    spec["checks"][1]["checks"][0] = check("file_exists", file("~/zzz.txt"))
+    assert not evaluate(spec, two_files).passed
+
+
+def test_negate_option_and_block(two_files: LocalEnv) -> None:
+    absent = check("file_exists", file("~/tmp.lock"), negate=True)
+    result = evaluate(absent, two_files)
+    assert result.passed and result.details == [
+        "not file_exists(~/tmp.lock): does not exist, expected the opposite (negated: pass)"
+    ]
+    write(two_files, "tmp.lock", "")
+    assert score(absent, two_files) == 0.0
+    assert score({"negate": True, "checks": [pair("and", "X")]}, two_files) == 1.0
+    assert score({**pair("and", "B"), "negate": True}, two_files) == 0.0
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"func": "nope", "result": file("~/a")},
+            r"^evaluator\.func: unknown metric 'nope' \(known: .*exact_match",
+        ),
+        (
+            {"func": ["exact_match", "foo"], "result": [file("~/a"), file("~/b")]},
+            r"^evaluator\.func\[1\]: unknown metric 'foo' \(known: ",
+        ),
+        (
+            {"func": ["exact_match"], "result": [{"type": "vm_fiel", "path": "~/a"}]},
+            r"^evaluator\.result\[0\]\.type: unknown getter type 'vm_fiel' \(known: .*vm_file",
+        ),
+        (
+            {"func": ["exact_match", "exact_match"], "result": [file("~/a")]},
+            r"^evaluator\.result: has 1 entries but func has 2",
+        ),
+        (
+            {"func": ["exact_match"] * 2, "result": [file("~/a")] * 2, "expected": [None]},
+            r"^evaluator\.expected: has 1 entries but func has 2",
+        ),
+        ({"func": ["exact_match"] * 2, "result": file("~/a")}, r"^evaluator\.result: must be a list"),
+        (
+            {"func": ["exact_match"] * 2, "result": [file("~/a")] * 2, "options": [{}]},
+            r"^evaluator\.options: has 1 entries",
+        ),
+        (
+            {"func": "exact_match", "result": file("~/a"), "conj": "xor"},
+            r"^evaluator\.conj: must be 'and' or 'or'",
+        ),
+        ({"func": "exact_match"}, r"^evaluator\.result: missing"),
+        ({"result": file("~/a")}, r"^evaluator: missing 'func'"),
+        ({"func": [], "result": []}, r"^evaluator\.func: must not be an empty list"),
+        ({"func": "exact_match", "result": {"type": "vm_file"}}, r"^evaluator\.result\.path: missing"),
+        (
+            {"func": "exact_match", "result": {"type": "vm_file", "paht": "~/a"}},
+            r"evaluator\.result\.path: missing",
+        ),
+        (
+            {"func": "exact_match", "result": {"type": "vm_file", "path": "~/a", "paht": "~/a"}},
+            r"^evaluator\.result\.paht: unknown field for getter 'vm_file'",
+        ),
+        ({"func": "exact_match", "result": {"path": "~/a"}}, r"^evaluator\.result\.type: missing"),
+        ({"func": "exact_match", "result": file("~/a"), "expect": 1}, r"^evaluator: unknown key\(s\) expect"),
+        (
+            {"func": "exact_match", "result": file("~/a"), "options": {"stirp": True}},
+            r"^evaluator\.options\.stirp: unknown option for exact_match \(known: negate, strip\)",
+        ),
+        (
+            {"func": "exact_match", "result": file("~/a"), "options": {"strip": "yes"}},
+            r"^evaluator\.options\.strip: ",
+        ),
+        (
+            {"func": "exact_match", "result": file("~/a"), "options": {"negate": 1}},
+            r"^evaluator\.options\.negate: ",
+        ),
+        ({"func": "exact_match", "result": file("~/a"), "options": {"_path": "x"}}, r"unknown option"),
+        (
+            {
+                "func": "exact_match",
+                "result": file("~/a"),
+                "expected": {"type": "local_file", "path": "/etc/passwd"},
+            },
+            r"^evaluator\.expected\.path: must be relative",
+        ),
+        (
+            {
+                "func": "exact_match",
+                "result": file("~/a"),
+                "expected": {"type": "local_file", "path": "../x"},
+            },
+            r"^evaluator\.expected\.path: must not leave",
+        ),
+        ({"checks": []}, r"^evaluator\.checks: must be a non-empty list"),
+        (
+            {
+                "conj": "or",
+                "checks": [check("exact_match", file("~/a"), "x"), {"func": "bad", "result": file("~/a")}],
+            },
+            r"^evaluator\.checks\[1\]\.func: unknown metric 'bad'",
+        ),
+        (
+            check("match_regex", file("~/a"), "(unclosed"),
+            r"^evaluator\.func \(match_regex\): invalid regular expression",
+        ),
+        (
+            check("check_json_key", file("~/a"), {"key": "a"}),
+            r"^evaluator\.func \(check_json_key\): expected must be",
+        ),
+        (check("check_ini_key", file("~/a"), {"keys": {"nosection": 1}}), r"is not 'section/key'"),
+        (check("compare_cells", file("~/a.ods"), cells({"A1": 1})), r"unsupported spreadsheet format 'ods'"),
+        (check("compare_cells", file("~/a"), cells({"A1": 1})), r"cannot tell the spreadsheet format"),
+        (check("compare_cells", file("~/a.csv"), cells({"A0": 1})), r"not a cell reference: 'A0'"),
+        (check("compare_text_file", file("~/a")), r"expected is required"),
+        (check("file_exists", file("~/a"), "yes"), r"expected must be true, false or absent"),
+        (
+            {"func": "command_succeeds", "result": {"type": "vm_command_result", "command": ""}},
+            r"command: must not be empty",
+        ),
+        ("not a mapping", r"^evaluator: must be a mapping"),
+    ],
+)
+def test_validation_errors_name_the_field(spec: Any, message: str) -> None:
+    with pytest.raises(EvaluatorError, match=message):
+        validate_evaluator(spec)
+
+
+def test_validation_uses_the_given_where() -> None:
+    with pytest.raises(EvaluatorError, match=r"^cases/x\.yaml: evaluator\.func: unknown metric"):
+        validate_evaluator({"func": "nope", "result": file("~/a")}, where="cases/x.yaml: evaluator")
+
+
+def test_valid_specs_pass_validation() -> None:
+    validate_evaluator(pair("or", "X"))
+    validate_evaluator(
+        {"checks": [pair("and", "B"), check("file_exists", file("~/a"), negate=True)], "negate": False}
+    )
+    validate_evaluator({**check("exact_match", file("~/a"), "x"), "postconfig": [{"type": "sleep"}]})
+    validate_evaluator(
+        {"func": "exact_match", "result": {"type": "vm_command_line", "command": "ls", "timeout": 5}}
+    )
+
+
+def test_evaluate_validates_before_touching_the_env(tmp_path: Path) -> None:
+    with pytest.raises(EvaluatorError):
+        evaluate({"func": ["exact_match", "nope"], "result": [file("~/a")] * 2}, BrokenEnv(tmp_path))
+
+
+def test_wrong_getter_for_metric_is_a_case_error(env: LocalEnv) -> None:
+    spec = {"func": "command_succeeds", "result": file("~/a")}
+    with pytest.raises(EvaluatorError, match=r"^evaluator\.func \(command_succeeds\): result is a NoneType"):
+        evaluate(spec, env)
+
+
+# --- infrastructure failures ---------------------------------------------------------------------
+
+
+def test_env_exceptions_propagate(tmp_path: Path) -> None:
+    broken = BrokenEnv(tmp_path)
+    with pytest.raises(RuntimeError, match="sandbox is gone"):
+        evaluate(
+            {"func": "command_succeeds", "result": {"type": "vm_command_result", "command": "true"}}, broken
+        )
+    with pytest.raises(OSError, match="connection to the VM lost"):
+        evaluate(check("compare_cells", file("~/a.xlsx"), cells({"A1": 1})), broken)
+
+
+def test_env_exception_propagates_even_inside_or(env: LocalEnv) -> None:
+    class FlakyEnv(LocalEnv):
+        def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+            raise RuntimeError("sandbox is gone")
+
+    write(env, "a.txt", "x")
+    spec = {
+        "conj": "or",
+        "checks": [
+            check("file_exists", file("~/a.txt")),
+            check("contains_text", {"type": "vm_command_line", "command": "cat ~/a.txt"}, "x"),
+        ],
+    }
+    with pytest.raises(RuntimeError):
+        evaluate(spec, FlakyEnv(env.home))
+
+
+def test_plugin_getter_wrapping_an_env_error_still_propagates(env: LocalEnv, plugin_registry: None) -> None:
+    @register_getter("wrapped_file", required={"path": str})
+    def wrapped_file(config: Any, ctx: GetterContext) -> Any:
+        try:
+            return ctx.env.read_file(config["path"])
+        except OSError as exc:
+            raise ValueError("could not read") from exc
+
+    with pytest.raises(OSError, match="lost"):
+        evaluate(
+            {"func": "file_exists", "result": {"type": "wrapped_file", "path": "~/a"}}, BrokenEnv(env.home)
+        )
+
+
+def test_command_timeout_is_an_outcome_not_a_crash(env: LocalEnv) -> None:
+    spec = {
+        "func": "command_succeeds",
+        "result": {"type": "vm_command_result", "command": "sleep 5", "timeout": 0.2},
+    }
+    assert evaluate(spec, env).details == ["command_succeeds(sleep 5): exit 124, expected 0: 'timed out'"]
+
+
+# --- plugins -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def plugin_registry() -> Iterator[None]:
+    """Registries are module-global: restore them so plugin tests cannot leak into others."""
+    registries = (METRICS, GETTERS, base.METRIC_CHECKS, base.GETTER_FIELDS)
+    saved = [dict(registry) for registry in registries]
+    yield
+    for registry, before in zip(registries, saved):
+        registry.clear()
+        registry.update(before)  # type: ignore[attr-defined]
+
+
+def test_plugin_metric_and_getter(env: LocalEnv, plugin_registry: None) -> None:
+    @register_getter("word_count", required={"path": str}, optional={})
+    def word_count(config: Any, ctx: GetterContext) -> int:
+        return len((ctx.env.read_file(config["path"]) or b"").split())
+
+    @register_metric("at_least")
+    def at_least(result: int, expected: int, *, partial: bool = False) -> float:
+        if partial:
+            return min(1.0, result / expected)
+        return float(result >= expected)
+
+    write(env, "essay.txt", "one two three")
+    spec = {
+        "func": "at_least",
+        "result": {"type": "word_count", "path": "~/essay.txt"},
+        "expected": {"type": "rule", "rules": 6},
+        "options": {"partial": True},
+    }
+    result = evaluate(spec, env)
+    assert result == Evaluation(0.5, False, ["at_least(~/essay.txt): score 0.5"])
+    with pytest.raises(EvaluatorError, match=r"evaluator\.result\.words: unknown field"):
+        validate_evaluator({**spec, "result": {"type": "word_count", "path": "~/e", "words": 1}})
+
+
+def test_score_is_a_float_with_a_reason() -> None:
+    assert Score.ok() == 1.0 and Score.fail("why").reason == "why"
+    assert isinstance(METRICS["exact_match"]("a", b"a"), float)
+
+
+def test_importing_evaluators_does_not_import_openpyxl() -> None:
+    code = "import sys, pytest_retrace.evaluators; print('openpyxl' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,360 @@
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from typing import Any
+
+import pytest
+
+from pytest_retrace.stats import GroupStats, format_table, summarize, wilson_interval
+
+
+def rec(
+    nodeid: str,
+    verdict: str = "recovered",
+    *,
+    model: str = "oracle",
+    strategy: str = "implicit",
+    domain: str = "files",
+    r_o: bool | None = True,
+    r_tc: bool | None = True,
+    ssim: float | None = 0.9,
+    kind: str = "timeout",
+) -> dict[str, Any]:
+    error = None
+    if verdict == "error":
+        r_o = r_tc = ssim = None
+        error = {"stage": "setup", "kind": kind, "message": "boom"}
+    return {
+        "nodeid": nodeid,
+        "case": nodeid,
+        "domain": domain,
+        "model": model,
+        "strategy": strategy,
+        "verdict": verdict,
+        "r_o": r_o,
+        "r_tc": r_tc,
+        "ssim": ssim,
+        "evaluator_score": None,
+        "error": error,
+        "timings": {"total": 1.0},
+    }
+
+
+def group(summary: dict[str, Any], model: str, strategy: str) -> dict[str, Any]:
+    [g] = [g for g in summary["groups"] if (g["model"], g["strategy"]) == (model, strategy)]
+    return g
+
+
+# --- Wilson interval ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "low", "high"),
+    [
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (5, 10, 0.2366, 0.7634),
+        # Newcombe (1998), Statistics in Medicine 17:857-872, Table II, method 3 (Wilson score)
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+    ],
+)
+def test_wilson_reference_values(successes: int, n: int, low: float, high: float) -> None:
+    got_low, got_high = wilson_interval(successes, n)
+    assert got_low == pytest.approx(low, abs=1e-3)
+    assert got_high == pytest.approx(high, abs=1e-3)
+
+
+def test_wilson_matches_closed_form_and_stays_in_unit_interval() -> None:
+    z = 1.959963984540054
+    for n in range(1, 40):
+        for k in range(n + 1):
+            p = k / n
+            centre = (k + z * z / 2) / (n + z * z)
+            half = z * math.sqrt(n) / (n + z * z) * math.sqrt(p * (1 - p) + z * z / (4 * n))
+            low, high = wilson_interval(k, n)
+            assert 0.0 <= low <= p <= high <= 1.0
+            assert low == pytest.approx(max(0.0, centre - half), abs=1e-12)
+            assert high == pytest.approx(min(1.0, centre + half), abs=1e-12)
+
+
+def test_wilson_edge_cases() -> None:
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert wilson_interval(6, 6)[0] == pytest.approx(0.6097, abs=1e-3)
+    narrow, wide = wilson_interval(5, 10, z=1.0), wilson_interval(5, 10, z=3.0)
+    assert wide[0] < narrow[0] < narrow[1] < wide[1]
+    for bad in [(-1, 10), (11, 10), (0, -1)]:
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
+
+
+# --- summarize ------------------------------------------------------------------------------------
+
+
+def test_errors_excluded_from_rates_but_counted() -> None:
+    records = [
+        rec("a"),
+        rec("b", "not_recovered", r_o=False, r_tc=True, ssim=0.5),
+        rec("c", "error", kind="timeout"),
+        rec("d", "error", kind="vm_crash"),
+        rec("e", "error"),
+    ]
+    s = summarize(records)
+    g = group(s, "oracle", "implicit")
+    assert (g["n"], g["recovered"], g["errors"], g["total"]) == (2, 1, 3, 5)
+    assert g["rate"] == 0.5
+    assert (g["ci_low"], g["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(1, 2))
+    assert (g["r_o_rate"], g["r_tc_rate"]) == (0.5, 1.0)
+    assert g["mean_ssim"] == pytest.approx(0.7)
+    assert g["domain"] is None
+    assert (s["n_records"], s["n_errors"]) == (5, 3)
+    assert s["error_kinds"] == {"timeout": 2, "vm_crash": 1}
+    assert list(s["error_kinds"]) == sorted(s["error_kinds"])
+
+
+def test_only_errors_gives_none_rates() -> None:
+    s = summarize([rec("a", "error"), rec("b", "error", kind="")])
+    g = group(s, "oracle", "implicit")
+    assert (g["n"], g["errors"], g["total"]) == (0, 2, 2)
+    assert g["rate"] is g["r_o_rate"] is g["r_tc_rate"] is g["mean_ssim"] is None
+    assert (g["ci_low"], g["ci_high"]) == (0.0, 1.0)
+    assert s["error_kinds"] == {"timeout": 1, "unknown": 1}
+
+
+def test_none_fields_handled() -> None:
+    records = [
+        rec("a", r_o=None, r_tc=None, ssim=None),
+        rec("b", "not_recovered", r_o=True, r_tc=None, ssim=None),
+    ]
+    records.append({"nodeid": "c", "model": "m", "strategy": "s", "verdict": "recovered"})  # sparse record
+    records.append({"nodeid": "d", "model": "m", "strategy": "s", "verdict": "error", "error": None})
+    s = summarize(records)
+    g = group(s, "oracle", "implicit")
+    assert (g["r_o_rate"], g["r_tc_rate"], g["mean_ssim"]) == (0.5, 0.0, None)
+    sparse = group(s, "m", "s")
+    assert (sparse["n"], sparse["recovered"], sparse["errors"], sparse["r_o_rate"]) == (1, 1, 1, 0.0)
+    assert s["error_kinds"] == {"unknown": 1}
+    assert [d["domain"] for d in s["domains"] if d["model"] == "m"] == [""]
+    json.dumps(s)
+
+
+def test_order_independent() -> None:
+    rng = random.Random(1234)
+    records = [
+        rec(
+            f"t{i}",
+            rng.choice(["recovered", "not_recovered", "error"]),
+            model=rng.choice(["gpt", "claude", "oracle"]),
+            strategy=rng.choice(["implicit", "explicit"]),
+            domain=rng.choice(["files", "sheets", "web"]),
+            r_o=rng.random() < 0.5,
+            r_tc=rng.random() < 0.5,
+            ssim=rng.random(),
+            kind=rng.choice(["timeout", "vm_crash"]),
+        )
+        for i in range(200)
+    ]
+    expected = summarize(records)
+    for _ in range(10):
+        rng.shuffle(records)
+        shuffled = summarize(iter(records))
+        assert shuffled == expected
+        assert json.dumps(shuffled) == json.dumps(expected)
+    keys = [(g["model"], g["strategy"]) for g in expected["groups"]]
+    assert keys == sorted(keys) and len(keys) == len(set(keys))
+    cells = [(d["model"], d["strategy"], d["domain"]) for d in expected["domains"]]
+    assert cells == sorted(cells)
+
+
+def test_floats_rounded_to_six_decimals() -> None:
+    s = summarize([rec("a"), rec("b", "not_recovered"), rec("c", "not_recovered", ssim=0.1234567891)])
+    g = group(s, "oracle", "implicit")
+    for key in ("rate", "ci_low", "ci_high", "r_o_rate", "r_tc_rate", "mean_ssim"):
+        assert g[key] == round(g[key], 6)
+    assert g["rate"] == 0.333333
+
+
+def test_last_record_wins_on_duplicate_nodeid() -> None:
+    first_run = [rec("a", "error"), rec("b", "not_recovered")]
+    resumed = [rec("a", "recovered")]
+    s = summarize(first_run + resumed)
+    g = group(s, "oracle", "implicit")
+    assert (g["n"], g["recovered"], g["errors"], g["total"]) == (2, 1, 0, 2)
+    assert (s["n_records"], s["n_errors"], s["error_kinds"]) == (2, 0, {})
+    # the later record wins even when it is worse
+    s = summarize([rec("a", "recovered"), rec("a", "error")])
+    assert (group(s, "oracle", "implicit")["n"], s["n_errors"]) == (0, 1)
+
+
+def test_per_domain_grouping() -> None:
+    records = [
+        rec("f1", domain="files"),
+        rec("f2", "not_recovered", domain="files"),
+        rec("s1", domain="sheets"),
+        rec("s2", "error", domain="sheets"),
+        rec("x1", domain="files", model="gpt"),
+    ]
+    s = summarize(records)
+    cells = {(d["model"], d["strategy"], d["domain"]): d for d in s["domains"]}
+    assert list(cells) == [
+        ("gpt", "implicit", "files"),
+        ("oracle", "implicit", "files"),
+        ("oracle", "implicit", "sheets"),
+    ]
+    files, sheets = cells["oracle", "implicit", "files"], cells["oracle", "implicit", "sheets"]
+    assert (files["n"], files["recovered"], files["rate"], files["errors"]) == (2, 1, 0.5, 0)
+    assert (sheets["n"], sheets["recovered"], sheets["rate"], sheets["errors"]) == (1, 1, 1.0, 1)
+    overall = group(s, "oracle", "implicit")
+    assert (overall["n"], overall["recovered"], overall["errors"]) == (3, 2, 1)
+
+
+def test_group_stats_to_dict() -> None:
+    gs = GroupStats(
+        model="m",
+        strategy="s",
+        domain=None,
+        n=3,
+        recovered=1,
+        rate=1 / 3,
+        ci_low=0.0615,
+        ci_high=0.7923,
+        r_o_rate=None,
+        r_tc_rate=2 / 3,
+        errors=1,
+        total=4,
+        mean_ssim=None,
+    )
+    d = gs.to_dict()
+    assert d["rate"] == 0.333333 and d["r_tc_rate"] == 0.666667 and d["r_o_rate"] is None
+    assert list(d) == [
+        "model",
+        "strategy",
+        "domain",
+        "n",
+        "recovered",
+        "rate",
+        "ci_low",
+        "ci_high",
+        "r_o_rate",
+        "r_tc_rate",
+        "errors",
+        "total",
+        "mean_ssim",
+    ]
+    with pytest.raises(AttributeError):
+        gs.n = 4  # type: ignore[misc]
+
+
+def test_empty() -> None:
+    s = summarize([])
+    assert s == {"groups": [], "domains": [], "n_records": 0, "n_errors": 0, "error_kinds": {}}
+    assert format_table(s).split() == [
+        "model",
+        "strategy",
+        "n",
+        "recovered",
+        "rate",
+        "95%",
+        "CI",
+        "R_O",
+        "R_TC",
+        "errors",
+    ]
+
+
+# --- format_table ---------------------------------------------------------------------------------
+
+
+def column_starts(header: str, names: list[str]) -> list[int]:
+    """Offsets of the header names, matched in order as whole space-delimited words."""
+    starts, pos = [], 0
+    for name in names:
+        match = re.compile(rf"(?<!\S){re.escape(name)}(?!\S)").search(header, pos)
+        assert match, (header, name)
+        starts.append(match.start())
+        pos = match.end()
+    return starts
+
+
+def assert_aligned(lines: list[str], names: list[str]) -> None:
+    starts = column_starts(lines[0], names)
+    for line in lines[1:]:
+        for start in starts[1:]:
+            assert line[start - 1] == " " and line[start] != " ", (line, start)
+
+
+def test_format_table_numbers_and_alignment() -> None:
+    records = [rec(f"o{i}") for i in range(6)]
+    records += [
+        rec("g1", "not_recovered", model="gpt-4o-long-name", strategy="explicit", r_o=False),
+        rec("g2", "error", model="gpt-4o-long-name", strategy="explicit"),
+    ]
+    table = format_table(summarize(records))
+    lines = table.splitlines()
+    assert len(lines) == 3
+    names = ["model", "strategy", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
+    assert_aligned(lines, names)
+    assert lines[1].split() == [
+        "gpt-4o-long-name",
+        "explicit",
+        "1",
+        "0",
+        "0.0%",
+        "[0.0,",
+        "79.3]",
+        "0.0%",
+        "100.0%",
+        "1",
+    ]
+    assert lines[2].split() == [
+        "oracle",
+        "implicit",
+        "6",
+        "6",
+        "100.0%",
+        "[61.0,",
+        "100.0]",
+        "100.0%",
+        "100.0%",
+        "0",
+    ]
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_format_table_columns_sized_to_content() -> None:
+    table = format_table(summarize([rec("a", model="m", strategy="s")]))
+    header = table.splitlines()[0]
+    # 'model' is wider than 'm', so the next column starts two spaces after the header word
+    assert header.startswith("model  strategy  n  recovered  rate  ")
+
+
+def test_format_table_dashes_for_none() -> None:
+    records = [rec("a", "error"), rec("b", model="m", r_o=None, r_tc=None, ssim=None)]
+    lines = format_table(summarize(records)).splitlines()
+    row_m, row_oracle = lines[1].split(), lines[2].split()
+    assert row_m == ["m", "implicit", "1", "1", "100.0%", "[20.7,", "100.0]", "0.0%", "0.0%", "0"]
+    assert row_oracle == ["oracle", "implicit", "0", "0", "-", "-", "-", "-", "1"]
+
+
+def test_format_table_by_domain() -> None:
+    records = [
+        rec("f1", domain="files"),
+        rec("f2", "not_recovered", domain="files"),
+        rec("w1", domain="web-browser"),
+        rec("w2", "error", domain="web-browser"),
+    ]
+    summary = summarize(records)
+    lines = format_table(summary, by_domain=True).splitlines()
+    names = ["model", "strategy", "domain", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
+    assert_aligned(lines, names)
+    assert len(lines) == 3
+    assert lines[1].split()[:6] == ["oracle", "implicit", "files", "2", "1", "50.0%"]
+    assert lines[2].split()[:6] == ["oracle", "implicit", "web-browser", "1", "1", "100.0%"]
+    assert lines[2].split()[-1] == "1"
+    assert "domain" not in format_table(summary)
+    assert len(format_table(summary).splitlines()) == 2
