@@ -108,8 +108,8 @@ class XvfbEnvironment:
         read_fd, write_fd = os.pipe()
         w, h = self.size
         self._xvfb = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp",
-             "-nocursor", "-dpi", "96", "+extension", "XTEST"],
+            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp", "-nocursor",
+             "-dpi", "96", "+extension", "XTEST"],
             pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
             preexec_fn=_die_with_parent,
         )
@@ -387,7 +387,7 @@ class XvfbEnvironment:
             raise EnvError(f"xdotool {' '.join(args)} failed: {res.stderr.strip()}")
 
     def _xdotool_args(self, a: Action) -> list[str]:
-        move = ["mousemove", "--sync", str(a.x), str(a.y)] if a.x is not None else []
+        move = ["mousemove", str(a.x), str(a.y)] if a.x is not None else []
         button = _BUTTONS[a.button]
         if a.kind == "click":
             return [*move, "click", "--repeat", str(a.clicks), "--delay", "80", button]
@@ -399,7 +399,7 @@ class XvfbEnvironment:
             return [*move, "mouseup", button]
         if a.kind == "drag":
             # intermediate motion so toolkits see a real drag, not a teleport
-            return [*move, "mousedown", button, "sleep", "0.05", "mousemove", "--sync", str(a.x2), str(a.y2),
+            return [*move, "mousedown", button, "sleep", "0.05", "mousemove", str(a.x2), str(a.y2),
                     "sleep", "0.05", "mouseup", button]
         if a.kind == "scroll":
             steps = []
