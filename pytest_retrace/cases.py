@@ -210,6 +210,10 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
         if msg.startswith("["):  # our action validators name the index: fold it into the field path
             index, _, msg = msg.partition(": ")
             field += index
+        elif (not field or (field == "task.evaluator" and msg.startswith("evaluator"))) and ": " in msg:
+            # the cross-field checks (t_seed, perturbation, masks) and the evaluator validator name their field
+            sub, _, msg = msg.partition(": ")
+            field = f"task.{sub}" if field else sub
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
         raise CaseError(path, field or "", msg + more) from None
     if not check_screenshots:

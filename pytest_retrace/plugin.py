@@ -29,6 +29,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "settle-quiet": ("string", "0.3", "seconds the screen must stay unchanged to count as settled"),
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
     "attempts": ("string", "3", "tries to reconstruct the target/error state before an infra error"),
+    "verify-tolerance": ("string", "0", "differing pixels allowed when verifying a reconstructed state"),
     "screen": ("string", "1280x800", "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
@@ -46,6 +47,7 @@ class Settings:
     settle_quiet: float
     ssim_threshold: float
     attempts: int
+    verify_tolerance: int
     screen: tuple[int, int]
     report_dir: Path
 
@@ -137,7 +139,8 @@ def _settings(config: pytest.Config) -> Settings | None:
         models=models, strategy=strategy, case_roots=_paths(config, "cases", "cases"), env=str(_opt(config, "env")),
         budget=_number(config, "budget", int, 1), settle=_number(config, "settle", float, 0.1),
         settle_quiet=_number(config, "settle-quiet", float, 0.0), ssim_threshold=threshold,
-        attempts=_number(config, "attempts", int, 1), screen=(w, h),
+        attempts=_number(config, "attempts", int, 1), verify_tolerance=_number(config, "verify-tolerance", int, 0),
+        screen=(w, h),
         report_dir=Path(_opt(config, "report-dir")) if Path(_opt(config, "report-dir")).is_absolute()
         else config.rootpath / _opt(config, "report-dir"),
     )
@@ -275,7 +278,8 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
 
     settings = request.config.stash[settings_key]
     opts = ReplayOptions(budget=settings.budget, ssim_threshold=settings.ssim_threshold,
-                         attempts=settings.attempts, strategy=retrace_run.strategy)  # type: ignore[arg-type]
+                         attempts=settings.attempts, verify_tolerance=settings.verify_tolerance,
+                         strategy=retrace_run.strategy)  # type: ignore[arg-type]
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     request.node.stash[record_key] = make_record(
         nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
@@ -295,6 +299,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not isinstance(item, pytest.Function) or "retrace_run" not in item.fixturenames:
         return report
     record = item.stash.get(record_key, None)
+    from .replay import InfraError
+
+    if call.excinfo is not None and isinstance(call.excinfo.value, InfraError):
+        # the harness knows exactly what broke: a stack trace through replay.py would only hide it
+        err = call.excinfo.value
+        report.longrepr = f"retrace infrastructure error ({err.kind}) at stage {err.stage}: {err.message}"
     if call.when == "setup" and report.failed and record is None:
         # the failure happened before the replay (environment start, agent construction)
         run: CaseRun = item.callspec.params["retrace_run"]

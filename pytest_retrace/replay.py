@@ -23,7 +23,7 @@ from .agents import Agent, AgentError, HistoryStep, Observation, RecoveryContext
 from .cases import RecoveryCase, load_png
 from .envs import EnvError, Environment
 from .evaluators import Evaluation, evaluate
-from .oracle import ScreenDiff, screen_diff, ssim
+from .oracle import ScreenDiff, differing_pixels, screen_diff, ssim
 
 
 class InfraError(Exception):
@@ -39,6 +39,7 @@ class ReplayOptions:
     budget: int = 10  # r
     ssim_threshold: float = 0.99
     attempts: int = 3  # tries to reconstruct s_target and s_error before declaring an infra error
+    verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
     strategy: Strategy = "implicit"
 
 
@@ -67,6 +68,10 @@ class RecoveryResult:
     recovered_screenshot: np.ndarray | None = field(default=None, repr=False)
     target_screenshot: np.ndarray | None = field(default=None, repr=False)
     error: InfraError | None = None
+
+    def __repr__(self) -> str:  # pytest prints fixture values in tracebacks: keep it to one short line
+        return (f"RecoveryResult(case={self.case_id!r}, verdict={self.verdict!r}, ssim={self.ssim}, "
+                f"r_o={self.r_o}, r_tc={self.r_tc})")
 
     @property
     def recovered(self) -> bool:
@@ -119,22 +124,24 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with _timed(result, "prefix"):
             _run_actions(env, case.prefix, "prefix", result, history)
         with _timed(result, "verify"):
-            got = ssim(env.screenshot(), target, case.masks)
-        if got < opts.ssim_threshold:
-            problems.append(f"attempt {attempt}: target SSIM {got:.4f}")
+            shot = env.screenshot()
+            off = differing_pixels(shot, target, case.masks)
+        if off > opts.verify_tolerance:
+            problems.append(f"attempt {attempt}: target state off by {off} px (SSIM {ssim(shot, target, case.masks):.4f})")
             continue
         if not with_error:
             return
         with _timed(result, "perturb"):
             _run_actions(env, case.perturbation, "perturb", result, history)
         with _timed(result, "verify"):
-            got = ssim(env.screenshot(), error, case.masks)
-        if got >= opts.ssim_threshold:
+            shot = env.screenshot()
+            off = differing_pixels(shot, error, case.masks)
+        if off <= opts.verify_tolerance:
             return
-        problems.append(f"attempt {attempt}: error-state SSIM {got:.4f}")
+        problems.append(f"attempt {attempt}: error state off by {off} px (SSIM {ssim(shot, error, case.masks):.4f})")
     raise InfraError(
         "reconstruct",
-        f"could not reproduce the recorded states (threshold {opts.ssim_threshold}): " + "; ".join(problems),
+        f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
         kind="desync",
     )
 

@@ -5,7 +5,7 @@ the oracle judges it recovered), ``undo`` somewhere in between."""
 from __future__ import annotations
 
 from ..actions import Action
-from ..oracle import ssim
+from ..oracle import differing_pixels
 from . import AgentTurn, Observation, RecoveryContext
 
 _DONE = Action("done")
@@ -49,7 +49,8 @@ class UndoAgent:
         ctx = self._ctx
         assert ctx is not None, "start() first"
         target = ctx.target_screenshot
-        if target is not None and ssim(observation.screenshot, target) >= ctx.ssim_threshold:
+        # exact match, not the R_O threshold: a 0.99 SSIM is reached by screens that still differ
+        if target is not None and differing_pixels(observation.screenshot, target) == 0:
             return AgentTurn([_DONE], "the screen matches the target")
         if self._last is not None and (self._last.screenshot == observation.screenshot).all():
             return AgentTurn([_DONE], "undo had no visible effect")

@@ -100,7 +100,7 @@ class XvfbEnvironment:
             if shutil.which(tool) is None:
                 raise EnvError(f"{tool} not found: install the desktop packages (scripts/bootstrap)")
         self.root = Path(tempfile.mkdtemp(prefix="retrace-xvfb-"))
-        self.tag = self.root.name
+        self.tag = str(self.root)  # unique, and tells a leak hunter which run a process belongs to
         (self.root / "logs").mkdir()
         self._use_ns = os.geteuid() == 0 and _namespaces_work()
         if self._use_ns:
@@ -111,6 +111,7 @@ class XvfbEnvironment:
             ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp", "-nocursor",
              "-dpi", "96", "+extension", "XTEST"],
             pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
             preexec_fn=_die_with_parent,
         )
         os.close(write_fd)
@@ -118,8 +119,13 @@ class XvfbEnvironment:
             self.display = ":" + self._read_display(read_fd)
         finally:
             os.close(read_fd)
+        self._restore_home()
+        wm_home = self.root / "wm-home"  # the WM runs outside the namespace: give it a home of its own
+        wm_home.mkdir()
+        wm_env = {**self._env(session=False), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
+                  "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
         self._wm = subprocess.Popen(
-            ["openbox", "--config-file", str(_OPENBOX_RC)], env=self._env(session=False),
+            ["openbox", "--config-file", str(_OPENBOX_RC)], env=wm_env,
             stdout=subprocess.DEVNULL, stderr=self._log("openbox"), preexec_fn=_die_with_parent,
         )
         self._wait_for_wm()
@@ -127,7 +133,6 @@ class XvfbEnvironment:
 
         factory = getattr(mss, "MSS", None) or mss.mss
         self._grabber = factory(display=self.display)
-        self._restore_home()
 
     def _read_display(self, fd: int, timeout: float = 15.0) -> str:
         deadline = time.monotonic() + timeout
@@ -308,12 +313,18 @@ class XvfbEnvironment:
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         self._check_alive()
-        try:
-            res = subprocess.run(self._wrap(["/bin/sh", "-c", command]), env=self._env(), capture_output=True,
-                                 timeout=timeout, cwd=self.home, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise EnvError(f"command timed out after {timeout} s: {command}") from None
-        return CommandResult(res.returncode, res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace"))
+        # files, not pipes: a command that backgrounds a process must not hang us on an open pipe
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            try:
+                res = subprocess.run(self._wrap(["/bin/sh", "-c", command]), env=self._env(), stdout=out,
+                                     stderr=err, stdin=subprocess.DEVNULL, timeout=timeout, cwd=self.home,
+                                     start_new_session=True)
+            except subprocess.TimeoutExpired:
+                raise EnvError(f"command timed out after {timeout} s: {command}") from None
+            out.seek(0)
+            err.seek(0)
+            return CommandResult(res.returncode, out.read().decode(errors="replace"),
+                                 err.read().decode(errors="replace"))
 
     # -- setup steps -------------------------------------------------------------------------------
     def _setup_step(self, step: LaunchStep | FileStep | CommandStep, case_dir: Path) -> None:

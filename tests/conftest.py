@@ -1,0 +1,34 @@
+"""Shared helpers for the project's own tests."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_TAG = re.compile(rb"RETRACE_(?:ENV|SESSION)=([^\0]*)")
+
+
+def retrace_processes(prefix: str) -> dict[int, str]:
+    """Live processes started by a retrace environment whose root lies under `prefix` (pid -> cmdline).
+
+    Every process an environment starts carries RETRACE_ENV/RETRACE_SESSION=<its root dir>, so this
+    finds leaks of one particular run even while other test workers run desktops of their own."""
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes()
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue  # a zombie holds no resources; its parent reaps it
+        for match in _TAG.finditer(environ):
+            if match.group(1).decode(errors="replace").startswith(prefix):
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found[int(entry.name)] = cmd
+                break
+    return found

@@ -1,0 +1,118 @@
+"""The xvfb environment on a real X server with real apps (no mocked screen)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_retrace.actions import Action
+from pytest_retrace.cases import Task
+from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
+
+from .conftest import retrace_processes
+
+_TRUE = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
+
+
+def task(*setup: dict) -> Task:
+    return Task.model_validate({"id": "t", "instruction": "x", "domain": "test", "setup": list(setup),
+                                "evaluator": _TRUE})
+
+
+MOUSEPAD = task({"type": "file", "path": "~/notes.txt", "content": ""},
+                {"type": "launch", "command": ["mousepad", "~/notes.txt"], "window": "Mousepad"})
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = XvfbEnvironment()
+    e.start()
+    yield e
+    e.close()
+
+
+def test_start_gives_a_real_display_with_a_window_manager(env: XvfbEnvironment) -> None:
+    shot = env.screenshot()
+    assert shot.shape == (800, 1280, 3) and shot.dtype == np.uint8
+    assert env.display.startswith(":")
+    assert env.run("xprop -root _NET_SUPPORTING_WM_CHECK").stdout.count("window id") == 1
+
+
+def test_guest_home_is_the_same_path_in_every_environment(env: XvfbEnvironment) -> None:
+    # window titles show paths: they must not depend on the worker's temp dir
+    env.reset(task(), Path("."))
+    res = env.run("echo $HOME; pwd; touch ~/made-inside")
+    assert res.stdout.split() == [GUEST_HOME, GUEST_HOME]
+    assert env.read_file("~/made-inside") == b""
+    assert (env.home / "made-inside").exists()
+
+
+def test_reset_ends_every_session_process_and_restores_home(env: XvfbEnvironment) -> None:
+    env.reset(MOUSEPAD, Path("."))
+    env.run("sleep 300 & setsid sleep 301 &")  # a backgrounded and a re-parented daemon
+    env.write_file("~/junk.txt", b"left over")
+    pids = env.session_pids()
+    assert len(pids) >= 3
+    start = time.monotonic()
+    env.reset(task(), Path("."))
+    elapsed = time.monotonic() - start
+    assert env.session_pids() == []
+    assert env.read_file("~/junk.txt") is None
+    assert env.find_windows("Mousepad") == []
+    assert elapsed < 3.0, f"reset took {elapsed:.2f} s (benchmarks/bench_env.py measures it precisely)"
+
+
+def test_typing_unicode_text_reaches_the_app_exactly(env: XvfbEnvironment) -> None:
+    env.reset(MOUSEPAD, Path("."))
+    text = "Grüße é€ 中文\nline two"
+    env.execute(Action("type", text=text))
+    env.execute(Action("hotkey", keys=("ctrl", "s")))
+    assert env.read_file("~/notes.txt").decode() == text
+
+
+def test_settled_screenshot_already_shows_the_effect_of_an_action(env: XvfbEnvironment) -> None:
+    env.reset(MOUSEPAD, Path("."))
+    before = env.screenshot()
+    settle = env.execute(Action("type", text="abc"))
+    after = env.screenshot()
+    assert 0 < settle < env.settle_cfg.timeout
+    assert not np.array_equal(before, after)
+    time.sleep(1.0)
+    assert np.array_equal(after, env.screenshot()), "screen changed after it was declared settled"
+
+
+def test_mouse_click_reaches_the_app(env: XvfbEnvironment) -> None:
+    env.reset(MOUSEPAD, Path("."))
+    before = env.screenshot()
+    env.execute(Action("click", x=30, y=30))  # the File menu
+    assert not np.array_equal(before, env.screenshot())
+    env.execute(Action("key", keys=("esc",)))
+
+
+def test_setup_failures_are_environment_errors(env: XvfbEnvironment) -> None:
+    with pytest.raises(EnvError, match=r"setup\[0\].*exited 3"):
+        env.reset(task({"type": "command", "command": "exit 3"}), Path("."))
+    with pytest.raises(EnvError, match="not installed"):
+        env.reset(task({"type": "launch", "command": ["no-such-app-xyz"]}), Path("."))
+    with pytest.raises(EnvError, match="no window matching"):
+        env.reset(task({"type": "launch", "command": ["sleep", "5"], "window": "Nope", "timeout": 0.5}), Path("."))
+
+
+def test_close_leaves_no_process_and_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    e = XvfbEnvironment()
+    e.start()
+    try:
+        e.reset(MOUSEPAD, Path("."))
+        assert retrace_processes(str(tmp_path)), "the environment's processes should be visible while it runs"
+    finally:
+        e.close()
+    assert retrace_processes(str(tmp_path)) == {}
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,141 @@
+"""The plugin end to end: real pytest sessions (pytester, in a subprocess) over the built-in cases on
+real desktops. Calibration, xdist equivalence, pytest options, infra errors, teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, retrace_processes
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
+            monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A copy of the repository's suite (cases + agents) in a fresh directory, with its own TMPDIR so
+    the processes of this session can be told apart from other test workers' desktops."""
+    shutil.copytree(REPO / "cases", pytester.path / "cases")
+    shutil.copytree(REPO / "agents", pytester.path / "agents")
+    pytester.makeini("[pytest]\ntestpaths = cases\n")
+    tmp = tmp_path_factory.mktemp("envtmp")
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    pytester._retrace_tmp = tmp  # type: ignore[attr-defined]
+    return pytester
+
+
+def summary(p: pytest.Pytester, run: str) -> dict:
+    return json.loads((p.path / "reports" / run / "summary.json").read_text())
+
+
+def records(p: pytest.Pytester, run: str) -> list[dict]:
+    return [json.loads(line) for line in (p.path / "reports" / run / "results.jsonl").read_text().splitlines()]
+
+
+def groups(s: dict) -> dict[str, dict]:
+    return {g["model"]: g for g in s["groups"]}
+
+
+def assert_no_leftovers(p: pytest.Pytester) -> None:
+    tmp = str(p._retrace_tmp)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while (left := retrace_processes(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == {}, f"processes outlived the session: {left}"
+
+
+def test_calibration_and_identical_summaries_with_and_without_xdist(project: pytest.Pytester) -> None:
+    serial = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-run=n0", "-p", "no:randomly")
+    serial.assert_outcomes(passed=6, failed=6)
+    assert_no_leftovers(project)  # also after failing tests
+    parallel = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-run=n2", "-n", "2")
+    parallel.assert_outcomes(passed=6, failed=6)
+    assert_no_leftovers(project)
+
+    s0, s2 = summary(project, "n0"), summary(project, "n2")
+    for s in (s0, s2):
+        g = groups(s)
+        assert (g["oracle"]["n"], g["oracle"]["recovered"], g["oracle"]["errors"]) == (6, 6, 0)
+        assert (g["noop"]["n"], g["noop"]["recovered"], g["noop"]["errors"]) == (6, 0, 0)
+        assert g["noop"]["r_tc_rate"] == 0.0  # every perturbation is a real error
+    s0.pop("run"), s2.pop("run")
+    assert s0 == s2
+    # the terminal shows the per-model table
+    serial.stdout.fnmatch_lines(["*retrace recovery summary*", "model*strategy*n*recovered*rate*95% CI*",
+                                 "noop*implicit*6*0*0.0%*", "oracle*explicit*6*6*100.0%*"])
+    recs = records(project, "n2")
+    assert len(recs) == 12 and {r["verdict"] for r in recs} == {"recovered", "not_recovered"}
+    assert all(r["timings"]["total"] > 0 and r["actions"] for r in recs)
+
+
+def test_failure_message_says_what_failed(project: pytest.Pytester) -> None:
+    res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([
+        "*case typo-short not recovered: R_O=True, R_TC=False*",
+        "*R_O ok: SSIM 0.99* >= 0.99*",
+        "*R_TC failed: evaluator score 0 after replaying the remaining 2 gt action(s)*",
+        "*'Hello xyzworld' != 'Hello world'*",
+    ])
+    res = project.runpytest_subprocess("--retrace-model=noop", "-k", "select-all-short")
+    res.stdout.fnmatch_lines(["*R_O failed: SSIM 0.9* < 0.99; * px differ within x=*"])
+    artifacts = list((project.path / "reports").glob("*/artifacts/*select-all-short-noop*/diff.png"))
+    assert artifacts, "a failed recovery keeps its recovered screenshot and diff"
+
+
+def test_k_x_v_and_lf_behave_as_in_pytest(project: pytest.Pytester) -> None:
+    res = project.runpytest_subprocess("--retrace-model=oracle,noop", "-k", "typo or wrong-cell", "-v")
+    res.assert_outcomes(passed=2, failed=2)
+    assert "cases/mousepad/typo-short.yaml::test_recovery[typo-short-oracle-explicit] PASSED" in res.stdout.str()
+    res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--lf", "-v")
+    res.assert_outcomes(failed=2)  # only the two noop failures are re-run
+    res.stdout.fnmatch_lines(["*run-last-failure: rerun previous 2 failures*"])
+    res = project.runpytest_subprocess("--retrace-model=noop", "-x")
+    res.assert_outcomes(failed=1)
+    assert_no_leftovers(project)
+
+
+def test_infrastructure_failures_are_errors_excluded_from_rates(project: pytest.Pytester) -> None:
+    cases = project.path / "cases" / "mousepad"
+    # a recorded target that the replay cannot reproduce: a replay desync, not an agent failure
+    shutil.copy(cases / "select-all-short" / "target.png", cases / "typo-short" / "target.png")
+    # an app that is not installed: the environment cannot even reach the task's initial state
+    broken = (cases / "overwrite-long.yaml").read_text().replace("command: [mousepad,", "command: [no-such-editor,")
+    (cases / "overwrite-long.yaml").write_text(broken)
+    res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-run=infra", "-k", "mousepad",
+                                       "--retrace-attempts=2")
+    res.assert_outcomes(passed=1, errors=2)
+    res.stdout.fnmatch_lines(["*infrastructure error (env) at stage reset*no-such-editor is not installed*",
+                              "*infrastructure error (desync)*could not reproduce*target state off by*"])
+    g = groups(summary(project, "infra"))["oracle"]
+    assert (g["n"], g["recovered"], g["errors"], g["rate"]) == (1, 1, 2, 1.0)
+    kinds = {r["case"]: r["error"]["kind"] for r in records(project, "infra") if r["verdict"] == "error"}
+    assert kinds == {"typo-short": "desync", "overwrite-long": "env"}
+
+
+def test_ctrl_c_keeps_finished_results_and_leaves_no_process(project: pytest.Pytester) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--retrace-model=oracle,noop", "--retrace-run=cc",
+                             "-n", "2", "-p", "no:cacheprovider"], cwd=project.path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    results = project.path / "reports" / "cc" / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    assert results.exists(), "no test finished within 120 s"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    finished = results.read_text().count("\n")
+    assert 2 <= finished < 12, out.decode()[-2000:]
+    assert all(json.loads(line)["verdict"] in ("recovered", "not_recovered") for line in results.read_text().splitlines())
+    assert_no_leftovers(project)
