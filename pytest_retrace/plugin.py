@@ -332,6 +332,8 @@ class _Controller:
             self.config.hook.retrace_record(record=record, config=self.config)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.config.option.collectonly:
+            return  # nothing ran: no run directory, no summary
         settings = self.config.stash[settings_key]
         summary = self.session.finish({
             "models": [m.name for m in settings.models], "env": settings.env, "budget": settings.budget,

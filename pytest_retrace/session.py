@@ -89,17 +89,18 @@ class RetraceSession:
     summary: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.results_path = self.run_dir / "results.jsonl"
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         # append + flush per record: an interrupted or crashed run keeps every finished result
         with self.results_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
     def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
         self.summary = {**summarize(self.records), "run": meta}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
         return self.summary
 
