@@ -72,6 +72,26 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
     return 1 if failed else 0
 
 
+def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
+    from .build.pipeline import BuildConfig, Builder
+    from .envs import create_environment
+
+    cfg = BuildConfig(work=Path(args.work), out=Path(args.out), scripted=[Path(p) for p in args.scripted],
+                      osworld=[Path(p) for p in args.osworld],
+                      osworld_examples=Path(args.osworld_examples) if args.osworld_examples else None,
+                      replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
+                      per_domain=args.per_domain)
+    envs = [create_environment("xvfb") for _ in range(args.workers)]
+    try:
+        for env in envs:
+            env.start()
+        Builder(cfg, envs).run(start=args.from_stage)
+    finally:
+        for env in envs:
+            env.close()
+    return 0
+
+
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     from .session import read_records
     from .stats import format_table, summarize
@@ -102,11 +122,27 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--replays", type=int, default=3)
     rec.add_argument("--screen", default="1280x800")
     rec.set_defaults(func=_cmd_record)
+    bld = sub.add_parser("build", help="build recovery cases from successful trajectories (resumable stages)")
+    bld.add_argument("--scripted", action="append", default=[], help="dir of scripted rollouts (default rollouts/)")
+    bld.add_argument("--osworld", action="append", default=[], help="an OSWorld results directory")
+    bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
+    bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")
+    bld.add_argument("--out", default="cases", help="where the final case files are written (replaced)")
+    bld.add_argument("--replays", type=int, default=3, help="N for transition-consistent filtering")
+    bld.add_argument("--workers", type=int, default=2, help="desktops replaying in parallel")
+    bld.add_argument("--seeds", type=int, default=2, help="target steps sampled per trajectory")
+    bld.add_argument("--seed", type=int, default=0, help="random seed for seed selection and sampling")
+    bld.add_argument("--per-domain", type=int, default=12, help="max cases per domain in the final set")
+    bld.add_argument("--from", dest="from_stage", choices=["rollouts", "consistent", "seeds", "perturb", "final"],
+                     help="redo this stage and every later one")
+    bld.set_defaults(func=_cmd_build)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")
     summ.set_defaults(func=_cmd_summary)
     args, extra = parser.parse_known_args(argv)
+    if args.command == "build" and not args.scripted and not args.osworld:
+        args.scripted = ["rollouts"]
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.func(args, extra)

@@ -24,7 +24,7 @@ def project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
             monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A copy of the repository's suite (cases + agents) in a fresh directory, with its own TMPDIR so
     the processes of this session can be told apart from other test workers' desktops."""
-    shutil.copytree(REPO / "cases", pytester.path / "cases")
+    shutil.copytree(REPO / "tests" / "data" / "cases", pytester.path / "cases")
     shutil.copytree(REPO / "agents", pytester.path / "agents")
     pytester.makeini("[pytest]\ntestpaths = cases\n")
     tmp = tmp_path_factory.mktemp("envtmp")

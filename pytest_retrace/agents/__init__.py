@@ -92,6 +92,7 @@ PROVIDERS: dict[str, str] = {
     "noop": "pytest_retrace.agents.baselines:NoopAgent",
     "undo": "pytest_retrace.agents.baselines:UndoAgent",
     "oracle": "pytest_retrace.agents.baselines:OracleAgent",
+    "script": "pytest_retrace.agents.baselines:ScriptAgent",
 }
 
 

@@ -83,3 +83,29 @@ class OracleAgent:
 
     def close(self) -> None:
         pass
+
+
+class ScriptAgent:
+    """Plays a fixed list of actions, one per step, then declares done: a stand-in forward policy for
+    agent rollouts (``retrace build --agent``) and for tests of the Agent protocol."""
+
+    name = "script"
+    privileged = False
+
+    def __init__(self, actions: list[object] | None = None) -> None:
+        from ..actions import parse_action
+
+        self.actions = [a for item in (actions or []) for a in parse_action(item)]
+        self._next = 0
+
+    def start(self, context: RecoveryContext) -> None:
+        self._next = 0
+
+    def act(self, observation: Observation) -> AgentTurn:
+        if self._next >= len(self.actions):
+            return AgentTurn([_DONE], "script finished")
+        self._next += 1
+        return AgentTurn([self.actions[self._next - 1]], f"scripted step {self._next}")
+
+    def close(self) -> None:
+        pass

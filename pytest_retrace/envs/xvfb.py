@@ -166,6 +166,8 @@ class XvfbEnvironment:
         self._check_alive()
         self.kill_session()
         self._restore_home()
+        # the pointer outlives apps: park it so hover effects never depend on the previous case
+        self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
         for i, step in enumerate(task.setup):
             try:
                 self._setup_step(step, case_dir)
@@ -199,7 +201,7 @@ class XvfbEnvironment:
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "DISPLAY": self.display,
             "HOME": home,
-            "USER": "root", "LOGNAME": "root",
+            "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
             "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
             "XDG_CACHE_HOME": f"{home}/.cache", "XDG_RUNTIME_DIR": str(self.root / "runtime"),

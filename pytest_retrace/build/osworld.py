@@ -1,0 +1,468 @@
+"""Import an OSWorld results directory as trajectories (paper A.1, "On-Policy Rollout").
+
+OSWorld's ``run.py`` / ``lib_run_single.py`` writes one directory per task::
+
+    <result_dir>/<action_space>/<observation_type>/<model>/<domain>/<task_id>/
+        traj.jsonl     one JSON object per *executed action*: step_num, action_timestamp, action (pyautogui
+                       code, or "WAIT" / "DONE" / "FAIL"), response, reward, done, info, screenshot_file
+        step_<n>_<timestamp>.png   the observation AFTER that action
+        result.txt     the evaluator's score ("1.0" on success)
+        recording.mp4  sometimes
+
+One model prediction may hold several actions; OSWorld then writes one line per action, all with the same
+``step_num``.  Such a step — like a line whose code holds several calls — is a multi-action step, and the
+trajectory is dropped, as are trajectories with a missing action, unsuccessful runs, runs where the agent
+declared FAIL and actions outside the whitelist (the paper's filters; every drop carries its reason).
+Trailing ``DONE`` lines are the agent finishing and are stripped; ``WAIT`` is kept as a wait action.
+
+The task (instruction, setup, evaluator) comes from OSWorld's ``evaluation_examples/examples/<domain>/
+<task_id>.json`` or from a ``task.json`` / ``example.json`` next to ``traj.jsonl`` (some forks write one).
+The original task JSON is kept in ``metadata["osworld_task"]``.  Only what this package can reproduce is
+imported as is: setup ``launch`` / ``command`` / ``execute`` / ``open`` (``sleep`` is skipped: the
+environment settles by itself), and evaluators accepted by :func:`validate_evaluator` without
+``postconfig`` steps (the environment does not run them).  Anything else drops the trajectory, unless
+``keep_unsupported=True``: then it is kept with ``metadata["evaluator_supported"] = False`` and a
+placeholder evaluator that never passes, and/or without the unsupported setup steps (listed in
+``metadata["unsupported_config"]``).  Such trajectories can only be replayed faithfully by an
+OSWorld-compatible remote environment (future work); a local replay would fail its evaluator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..cases import Task
+from ..evaluators import EvaluatorError, validate_evaluator
+from .trajectory import Dropped, Step, Trajectory, normalise_steps
+
+#: What a kept-but-unsupported evaluator is replaced by: a check that is well-formed and never passes.
+PLACEHOLDER_EVALUATOR: dict[str, Any] = {
+    "func": "exact_match",
+    "result": {"type": "rule", "rules": "unsupported"},
+    "expected": {"type": "rule", "rules": "osworld"},
+}
+TASK_SIBLINGS = ("task.json", "example.json")  # forks that store the task next to traj.jsonl
+COMMAND_TIMEOUT = 120.0  # OSWorld's server allows setup commands this long
+_LAUNCH_TYPES = frozenset({"launch"})
+_COMMAND_TYPES = frozenset({"command", "execute"})
+_SKIPPED_TYPES = frozenset({"sleep"})
+
+
+def import_osworld(
+    results_dir: Path, examples_dir: Path | None = None, *, keep_unsupported: bool = False
+) -> tuple[list[Trajectory], list[Dropped]]:
+    """Every ``traj.jsonl`` below ``results_dir`` (any depth) as a trajectory, or a drop with its reason.
+
+    ``examples_dir`` is OSWorld's ``evaluation_examples/examples`` (``<domain>/<task_id>.json``).
+    Returns trajectories sorted by id and drops sorted by source.  A trajectory id is
+    ``osworld-<domain>-<task_id>``; when several runs of one task are imported (several models or
+    settings), each of them gets ``-<model>`` appended (and a short path hash if that still collides).
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"OSWorld results directory not found: {results_dir}")
+    if examples_dir is not None:
+        examples_dir = Path(examples_dir)
+        if not examples_dir.is_dir():
+            raise FileNotFoundError(f"OSWorld examples directory not found: {examples_dir}")
+    kept: list[Trajectory] = []
+    dropped: list[Dropped] = []
+    for traj_file in sorted(results_dir.rglob("traj.jsonl")):
+        if not traj_file.is_file():
+            continue
+        out = _import_task_dir(traj_file.parent, results_dir, examples_dir, keep_unsupported)
+        (dropped if isinstance(out, Dropped) else kept).append(out)
+    _disambiguate(kept, results_dir)
+    return sorted(kept, key=lambda t: t.id), sorted(dropped, key=lambda d: (d.source, d.reason))
+
+
+# --- one task directory --------------------------------------------------------------------------
+
+
+@dataclass
+class _Line:
+    number: int  # 1-based line number in traj.jsonl
+    data: dict[str, Any]
+
+    @property
+    def step_num(self) -> Any:
+        return self.data.get("step_num")
+
+    def where(self) -> str:
+        step = f" (step_num {self.step_num})" if self.step_num is not None else ""
+        return f"traj.jsonl line {self.number}{step}"
+
+
+def _import_task_dir(
+    task_dir: Path, results_dir: Path, examples_dir: Path | None, keep_unsupported: bool
+) -> Trajectory | Dropped:
+    task_dir = task_dir.absolute()
+    source = f"osworld:{task_dir}"
+    domain, task_id = task_dir.parent.name, task_dir.name
+
+    score = _score(task_dir)
+    if isinstance(score, str):
+        return Dropped(source, score)
+    lines = _read_traj(task_dir / "traj.jsonl")
+    if isinstance(lines, str):
+        return Dropped(source, lines)
+    steps = _steps(lines, task_dir)
+    if isinstance(steps, str):
+        return Dropped(source, steps)
+    step_list, final_screenshot = steps
+
+    raw_task = _task_definition(task_dir, domain, task_id, examples_dir)
+    if isinstance(raw_task, str):
+        return Dropped(source, raw_task)
+    task_json, task_path = raw_task
+    built = _build_task(task_json, domain, task_id, keep_unsupported)
+    if isinstance(built, str):
+        return Dropped(source, built)
+    task, task_meta = built
+
+    rel = task_dir.relative_to(results_dir.absolute()).parts
+    above = rel[:-2]  # <action_space>/<observation_type>/<model> when laid out as run.py does
+    metadata: dict[str, Any] = {
+        "model": above[-1] if len(above) >= 1 else None,
+        "observation_type": above[-2] if len(above) >= 2 else None,
+        "action_space": above[-3] if len(above) >= 3 else None,
+        "domain": domain,
+        "task_id": task_id,
+        "score": score,
+        "n_steps": len(step_list),
+        "task_file": str(task_path),
+        "final_screenshot": final_screenshot,
+        "osworld_task": task_json,
+        **task_meta,
+    }
+    if (task_dir / "recording.mp4").is_file():
+        metadata["recording"] = str(task_dir / "recording.mp4")
+    return Trajectory(
+        id=f"osworld-{domain}-{task_id}", task=task, steps=step_list, source=source, success=True,
+        metadata=metadata, base_dir=task_dir,
+    )
+
+
+def _score(task_dir: Path) -> float | str:
+    """The run's score, or why the run does not count as successful."""
+    path = task_dir / "result.txt"
+    if not path.is_file():
+        return "no result.txt (the run did not finish)"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read result.txt: {exc}"
+    try:
+        score = float(text)
+    except ValueError:
+        return f"unparsable score in result.txt: {text[:80]!r}"
+    if math.isnan(score) or score < 1.0:
+        return f"unsuccessful (score {score})"
+    return score
+
+
+def _read_traj(path: Path) -> list[_Line] | str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read traj.jsonl: {exc}"
+    lines: list[_Line] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return f"traj.jsonl line {number}: corrupt JSON ({exc.msg} at column {exc.colno})"
+        if not isinstance(data, dict):
+            return f"traj.jsonl line {number}: expected a JSON object, got {type(data).__name__}"
+        lines.append(_Line(number, data))
+    if not lines:
+        return "empty traj.jsonl"
+    return lines
+
+
+def _is_done(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip() == "DONE"
+    return isinstance(value, dict) and value.get("action") == "done" and len(value) == 1
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not (
+        value.strip() if isinstance(value, str) else value))
+
+
+def _steps(lines: list[_Line], task_dir: Path) -> tuple[list[Step], str | None] | str:
+    """Lines -> one Step per OSWorld step, each exactly one action; or the reason for dropping."""
+    while lines and _is_done(lines[-1].data.get("action")):
+        lines = lines[:-1]  # the agent finishing: nothing to replay
+    if not lines:
+        return "no actions to replay (the trajectory is only DONE)"
+
+    groups: list[list[_Line]] = []  # consecutive lines of one OSWorld step (one model prediction)
+    last_num: Any = None
+    for line in lines:
+        num = line.step_num
+        if isinstance(num, int) and not isinstance(num, bool):
+            if isinstance(last_num, int) and num < last_num:
+                return (f"{line.where()}: step_num goes back from {last_num} to {num} "
+                        "(traj.jsonl holds more than one run)")
+            if num == last_num:
+                groups[-1].append(line)
+                continue
+        groups.append([line])
+        last_num = num
+
+    previous: str | None = _initial_screenshot(task_dir)
+    steps: list[Step] = []
+    for group in groups:
+        parsed: list[Step] = []
+        for line in group:
+            raw = line.data.get("action")
+            if _missing(raw):
+                return f"{line.where()}: missing action"
+            if isinstance(raw, dict) and "action_type" in raw:
+                return (f"{line.where()}: computer_13 action {json.dumps(raw)[:120]} is not supported "
+                        "(import runs with action_space pyautogui)")
+            out = normalise_steps([{"step": raw}], f"osworld:{task_dir}")
+            if isinstance(out, Dropped):
+                reason = out.reason.removeprefix("step 0: ")
+                if reason == "0 actions in one step":
+                    reason = "missing action (the code holds no action call)"
+                return f"{line.where()}: {reason}"
+            parsed += out
+        if len(parsed) != 1:
+            return (f"traj.jsonl lines {group[0].number}-{group[-1].number} (step_num {group[0].step_num}): "
+                    f"{len(parsed)} actions in one step")
+        line, action = group[0], parsed[0].action
+        if action.kind == "fail":
+            return f"{line.where()}: the agent declared FAIL"
+        if action.kind == "done":
+            return f"{line.where()}: DONE before the end of the trajectory"
+        steps.append(Step(action, screenshot=previous, rationale=_rationale(line.data.get("response"))))
+        previous = _screenshot(line, task_dir)  # OSWorld's step_N png is the screen after action N
+    return steps, previous
+
+
+def _rationale(response: Any) -> str:
+    if response is None:
+        return ""
+    if isinstance(response, str):
+        return response
+    return json.dumps(response, ensure_ascii=False, default=str)
+
+
+def _inside(task_dir: Path, name: str) -> str | None:
+    """An existing file ``name`` relative to the task directory (never outside it), as an absolute path."""
+    try:
+        path = (task_dir / name).resolve()
+    except (OSError, ValueError):
+        return None
+    if path.is_relative_to(task_dir.resolve()) and path.is_file():
+        return str(path)
+    return None
+
+
+def _screenshot(line: _Line, task_dir: Path) -> str | None:
+    name = line.data.get("screenshot_file")
+    if isinstance(name, str) and name:
+        return _inside(task_dir, name)
+    num = line.step_num
+    if "screenshot_file" not in line.data and isinstance(num, int):
+        found = sorted(task_dir.glob(f"step_{num}_*.png"))
+        if len(found) == 1:
+            return str(found[0].resolve())
+    return None
+
+
+def _initial_screenshot(task_dir: Path) -> str | None:
+    """The observation before the first action, if the runner kept one (some forks write step_0*.png)."""
+    if (path := _inside(task_dir, "step_0.png")) is not None:
+        return path
+    found = sorted(task_dir.glob("step_0_*.png"))
+    return str(found[0].resolve()) if len(found) == 1 else None
+
+
+# --- the task ------------------------------------------------------------------------------------
+
+
+def _task_definition(
+    task_dir: Path, domain: str, task_id: str, examples_dir: Path | None
+) -> tuple[dict[str, Any], Path] | str:
+    candidates: list[Path] = []
+    if examples_dir is not None:
+        candidates.append(examples_dir / domain / f"{task_id}.json")
+    candidates += [task_dir / name for name in TASK_SIBLINGS]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"invalid task definition {path}: {exc}"
+        if not isinstance(data, dict):
+            return f"invalid task definition {path}: expected a JSON object, got {type(data).__name__}"
+        if path.parent == task_dir and "instruction" not in data:
+            continue  # a sibling file of some other kind
+        return data, path.absolute()
+    if examples_dir is None:
+        return "task definition not found (pass the examples dir)"
+    return f"task definition not found: {examples_dir / domain / f'{task_id}.json'}"
+
+
+def _build_task(
+    data: dict[str, Any], domain: str, task_id: str, keep_unsupported: bool
+) -> tuple[Task, dict[str, Any]] | str:
+    instruction = data.get("instruction")
+    if not isinstance(instruction, str) or not instruction.strip():
+        return "task definition has no instruction"
+    config = data.get("config") or []
+    if not isinstance(config, list):
+        return f"task definition: config must be a list, got {type(config).__name__}"
+    setup, unsupported = convert_config(config)
+    if unsupported and not keep_unsupported:
+        return unsupported[0][1]
+    evaluator = data.get("evaluator")
+    problem = evaluator_problem(evaluator)
+    if problem is not None and not keep_unsupported:
+        return f"evaluator not supported here: {problem}"
+    meta: dict[str, Any] = {
+        "evaluator_supported": problem is None,
+        "unsupported_config": [kind for kind, _ in unsupported],
+    }
+    if problem is not None:
+        meta["unsupported_evaluator"] = problem
+    try:
+        task = Task.model_validate({
+            "id": str(data.get("id") or task_id), "instruction": instruction, "domain": domain,
+            "setup": setup, "evaluator": evaluator if problem is None else PLACEHOLDER_EVALUATOR,
+        })
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"invalid task definition: {where}: {str(err['msg']).removeprefix('Value error, ')}"
+    return task, meta
+
+
+def evaluator_problem(evaluator: Any) -> str | None:
+    """Why an OSWorld evaluator cannot be checked here, or None if it can."""
+    if evaluator is None:
+        return "the task definition has no evaluator"
+    try:
+        validate_evaluator(evaluator, where="evaluator")
+    except EvaluatorError as exc:
+        return str(exc)
+    post = evaluator.get("postconfig") if isinstance(evaluator, dict) else None
+    if post:
+        kinds = ", ".join(sorted({str(p.get("type")) if isinstance(p, dict) else "?" for p in post}))
+        return (f"evaluator.postconfig: {len(post)} post-configuration step(s) ({kinds}) would not be run "
+                "before the evaluator")
+    return None
+
+
+def convert_config(config: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """OSWorld setup config -> our setup steps, and the (type, reason) of every step we cannot do."""
+    steps: list[dict[str, Any]] = []
+    unsupported: list[tuple[str, str]] = []
+    for i, item in enumerate(config):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            unsupported.append(("?", f"config step {i}: not a {{type, parameters}} mapping"))
+            continue
+        kind = item["type"]
+        params = item.get("parameters")
+        if params is None:  # some forks put the parameters inline
+            params = {k: v for k, v in item.items() if k != "type"}
+        if not isinstance(params, dict):
+            unsupported.append((kind, f"config step {i} ({kind}): parameters must be a mapping"))
+            continue
+        try:
+            step = _convert_step(kind, params)
+        except ValueError as exc:
+            unsupported.append((kind, f"config step {i} ({kind}): {exc}"))
+            continue
+        if step is _UNSUPPORTED:
+            unsupported.append((kind, f"config step type {kind} not supported"))
+        elif step is not None:
+            steps.append(step)
+    return steps, unsupported
+
+
+_UNSUPPORTED: dict[str, Any] = {}
+
+
+def _command(params: dict[str, Any]) -> list[str] | str:
+    command = params.get("command")
+    if isinstance(command, str) and command.strip():
+        return command
+    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+        return command
+    raise ValueError(f"command must be a non-empty string or list of strings, got {command!r}")
+
+
+def _shell_word(arg: str) -> str:
+    """Quote one argument for sh, leaving a leading ~/ unquoted (OSWorld's server expands it)."""
+    if arg == "~":
+        return arg
+    if arg.startswith("~/"):
+        return "~/" + shlex.quote(arg[2:]) if arg[2:] else "~/"
+    return shlex.quote(arg)
+
+
+def _convert_step(kind: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if kind in _SKIPPED_TYPES:
+        return None  # our environment waits for a stable screen after setup
+    if kind in _LAUNCH_TYPES:
+        command = _command(params)
+        if params.get("shell"):  # Popen(command, shell=True)
+            command = ["sh", "-c", *([command] if isinstance(command, str) else command)]
+        return {"type": "launch", "command": command}
+    if kind in _COMMAND_TYPES:
+        if params.get("until"):
+            raise ValueError("'until' (retry until the output matches) is not supported")
+        command = _command(params)
+        if params.get("shell"):
+            text = command if isinstance(command, str) else shlex.join(["sh", "-c", *command])
+        else:  # OSWorld splits a string like the shell would and runs the argv
+            argv = shlex.split(command) if isinstance(command, str) else command
+            text = " ".join(_shell_word(a) for a in argv)
+        # OSWorld ignores a setup command's exit status; ours must exit 0, so make it so.
+        return {"type": "command", "command": f"{{ {text}\n}} || true", "timeout": COMMAND_TIMEOUT}
+    if kind == "open":
+        path = params.get("path")
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"path must be a non-empty string, got {path!r}")
+        return {"type": "launch", "command": ["xdg-open", path]}
+    return _UNSUPPORTED
+
+
+# --- ids -----------------------------------------------------------------------------------------
+
+
+def _disambiguate(kept: list[Trajectory], results_dir: Path) -> None:
+    """Several runs of one task (different models or settings) must not share a trajectory id."""
+    by_id: defaultdict[str, list[Trajectory]] = defaultdict(list)
+    for traj in kept:
+        by_id[traj.id].append(traj)
+    for trajs in by_id.values():
+        if len(trajs) < 2:
+            continue
+        for traj in trajs:
+            traj.id = f"{traj.id}-{traj.metadata.get('model') or 'run'}"
+        counts = Counter(t.id for t in trajs)
+        for traj in trajs:
+            if counts[traj.id] > 1:
+                rel = str(traj.base_dir.relative_to(results_dir.absolute()))
+                traj.id = f"{traj.id}-{hashlib.sha256(rel.encode()).hexdigest()[:8]}"
+
+
+__all__ = ["PLACEHOLDER_EVALUATOR", "convert_config", "evaluator_problem", "import_osworld"]

@@ -1,0 +1,366 @@
+"""`retrace build`: successful trajectories in, verified recovery cases out (paper 5.2 and A.1).
+
+Stages, each writing one file in the work directory and skipped when that file exists (resumable:
+delete a stage's file, or pass --from STAGE, to redo it and everything after it):
+
+1. rollouts    trajectories from scripted policies / agent runs / OSWorld results, normalised; drops counted
+2. consistent  replay each trajectory N times from reset; keep it only if all N succeed; the screen after
+               every step is kept from these replays (the canonical target screenshots)
+3. seeds       sample target steps t_seed per trajectory with a fixed seed (only steps whose screen was
+               identical on every replay)
+4. perturb     drive each target off track with the scripted catalogue; keep a candidate only if the error
+               is real (Φ fails from the error state) or, for visual-only mistakes, visible; run twice and
+               exclude anything nondeterministic; crashes excluded and counted
+5. final       drop near-identical errors unless hidden-state, drop duplicates, sample per domain, write
+               case YAML + PNGs, print the paper's Table 6 (counts per stage) and Table 7 (domains)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import random
+import shutil
+from collections.abc import Callable, Iterable
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..actions import Action, parse_action
+from ..cases import load_png
+from ..envs import EnvError, Environment
+from ..evaluators import evaluate
+from ..oracle import differing_pixels, ssim
+from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
+
+STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
+CATALOGUE = Path(__file__).with_name("perturbations.yaml")
+D_FOR_HORIZON = {"short": 1, "long": 5}
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    name: str
+    domains: tuple[str, ...]
+    horizon: str
+    intent: str
+    mistake: str
+    actions: tuple[Action, ...]
+
+    @property
+    def d(self) -> int:
+        return D_FOR_HORIZON[self.horizon]
+
+
+def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
+    out = []
+    for i, raw in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))):
+        actions = tuple(a for item in raw["actions"] for a in parse_action(item))
+        p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions)
+        if p.horizon not in D_FOR_HORIZON or p.intent not in ("visible", "hidden-state", "visual-only"):
+            raise ValueError(f"{path}: entry {i} ({p.name}): bad horizon or intent")
+        if not 1 <= len(p.actions) <= p.d:
+            raise ValueError(f"{path}: entry {i} ({p.name}): needs 1..{p.d} actions")
+        out.append(p)
+    return out
+
+
+@dataclass
+class BuildConfig:
+    work: Path
+    out: Path  # where the final case files go
+    scripted: list[Path] = field(default_factory=list)
+    osworld: list[Path] = field(default_factory=list)
+    osworld_examples: Path | None = None
+    replays: int = 3
+    seeds_per_trajectory: int = 3
+    seed: int = 0
+    ssim_threshold: float = 0.99
+    per_domain: int = 12
+    perturbations_per_target: int = 6
+    catalogue: Path = CATALOGUE
+
+
+def _digest(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()[:16]
+
+
+def _save_png(arr: np.ndarray, path: Path) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(arr).save(path, optimize=True)
+
+
+class Builder:
+    """Runs the stages; replays are spread over one thread per environment (each thread owns one
+    desktop exclusively; the work is subprocess and screenshot bound, so threads do run in parallel)."""
+
+    def __init__(self, cfg: BuildConfig, envs: list[Environment], log: Any = print) -> None:
+        self.cfg, self.envs, self.log = cfg, envs, log
+
+    def _map(self, fn: Callable[[Environment, Any], Any], items: Iterable[Any]) -> list[Any]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool: queue.Queue[Environment] = queue.Queue()
+        for env in self.envs:
+            pool.put(env)
+
+        def call(item: Any) -> Any:
+            env = pool.get()
+            try:
+                return fn(env, item)
+            finally:
+                pool.put(env)
+
+        with ThreadPoolExecutor(max_workers=len(self.envs)) as ex:
+            return list(ex.map(call, items))  # results in input order: the output stays deterministic
+
+    def path(self, stage: str) -> Path:
+        return self.cfg.work / f"{STAGES.index(stage) + 1}-{stage}.jsonl"
+
+    def run(self, start: str | None = None) -> None:
+        if start is not None:
+            for stage in STAGES[STAGES.index(start):]:
+                self.path(stage).unlink(missing_ok=True)
+        for stage in STAGES:
+            out = self.path(stage)
+            if out.exists():
+                items = read_jsonl(out)
+                self.log(f"[{stage}] done already ({len(items)} kept; delete {out.name} to redo)")
+                continue
+            getattr(self, f"stage_{stage}")()
+
+    # -- 1 ----------------------------------------------------------------------------------------
+    def stage_rollouts(self) -> None:
+        kept: list[Trajectory] = []
+        dropped: list[Dropped] = []
+        for root in self.cfg.scripted:
+            for file in sorted(root.rglob("*.yaml")):
+                (dropped if isinstance(t := load_scripted(file), Dropped) else kept).append(t)
+        for root in self.cfg.osworld:
+            from .osworld import import_osworld
+
+            trajs, drops = import_osworld(root, self.cfg.osworld_examples)
+            kept += trajs
+            dropped += drops
+        for d in dropped:
+            self.log(f"  dropped {d.source}: {d.reason}")
+        self._finish("rollouts", [t.to_json() for t in kept], dropped=len(dropped))
+
+    # -- 2 ----------------------------------------------------------------------------------------
+    def stage_consistent(self) -> None:
+        kept = []
+        dropped: Counter[str] = Counter()
+        items = read_jsonl(self.path("rollouts"))
+        for item, verdict in zip(items, self._map(self._replay_n, items)):
+            if isinstance(verdict, str):
+                dropped[verdict] += 1
+            else:
+                kept.append({**item, "reproducible_steps": verdict})
+        self._finish("consistent", kept, **dropped)
+
+    def _replay_n(self, env: Environment, item: dict[str, Any]) -> list[int] | str:
+        traj = Trajectory.from_json(item)
+        try:
+            return self._replay_n_in(env, traj)
+        except EnvError as exc:
+            self.log(f"  {traj.id}: environment failure, excluded: {exc}")
+            return "crash"
+
+    def _replay_n_in(self, env: Environment, traj: Trajectory) -> list[int] | str:
+        digests: list[list[str]] = []
+        for replay in range(self.cfg.replays):
+            env.reset(traj.task, traj.base_dir)
+            shots = [env.screenshot()]
+            for action in traj.actions:
+                env.execute(action)
+                shots.append(env.screenshot())
+            ev = evaluate(traj.task.evaluator, env, traj.base_dir)
+            if not ev.passed:
+                self.log(f"  {traj.id}: replay {replay + 1} failed the evaluator, dropped: {ev.details}")
+                return "inconsistent"
+            digests.append([_digest(s) for s in shots])
+            if replay == 0:
+                for i, shot in enumerate(shots):
+                    _save_png(shot, self.cfg.work / "shots" / traj.id / f"step-{i:03d}.png")
+        same = [i for i in range(len(digests[0])) if len({d[i] for d in digests}) == 1]
+        self.log(f"  {traj.id}: {self.cfg.replays}/{self.cfg.replays} successful replays, "
+                 f"{len(same)}/{len(digests[0])} screens identical across replays")
+        return same
+
+    # -- 3 ----------------------------------------------------------------------------------------
+    def stage_seeds(self) -> None:
+        rng = random.Random(self.cfg.seed)
+        seeds = []
+        for item in read_jsonl(self.path("consistent")):
+            n = len(item["steps"])
+            # t_seed in 1..T-1: a target after at least one step, with at least one step left to replay
+            pool = [t for t in item["reproducible_steps"] if 1 <= t <= n - 1]
+            for t in sorted(rng.sample(pool, min(self.cfg.seeds_per_trajectory, len(pool)))):
+                seeds.append({"trajectory": item["id"], "t_seed": t})
+        self._finish("seeds", seeds)
+
+    # -- 4 ----------------------------------------------------------------------------------------
+    def stage_perturb(self) -> None:
+        trajs = {i["id"]: Trajectory.from_json(i) for i in read_jsonl(self.path("consistent"))}
+        catalogue = load_catalogue(self.cfg.catalogue)
+        rng = random.Random(self.cfg.seed)
+        jobs = []
+        for seed in read_jsonl(self.path("seeds")):
+            traj = trajs[seed["trajectory"]]
+            for p in self._choose(rng, [p for p in catalogue if traj.task.domain in p.domains]):
+                jobs.append((traj, seed["t_seed"], p))
+        kept, dropped = [], Counter()
+        for outcome in self._map(self._perturb, jobs):
+            if isinstance(outcome, str):
+                dropped[outcome] += 1
+            else:
+                kept.append(outcome)
+        self._finish("perturb", kept, **dropped)
+
+    def _choose(self, rng: random.Random, applicable: list[Perturbation]) -> list[Perturbation]:
+        """Per target: one mistake of each intended kind and horizon available, drawn with the fixed seed."""
+        groups: dict[tuple[str, str], list[Perturbation]] = defaultdict(list)
+        for p in applicable:
+            groups[(p.intent, p.horizon)].append(p)
+        return [rng.choice(groups[k]) for k in sorted(groups)][: self.cfg.perturbations_per_target]
+
+    def _perturb(self, env: Environment, job: tuple[Trajectory, int, Perturbation]) -> dict[str, Any] | str:
+        traj, t_seed, p = job
+        target = load_png(self.cfg.work / "shots" / traj.id / f"step-{t_seed:03d}.png")
+        runs = []
+        for _ in range(2):  # twice: a candidate whose error state or outcome varies is not a case
+            try:
+                env.reset(traj.task, traj.base_dir)
+                for action in traj.actions[:t_seed]:
+                    env.execute(action)
+                if differing_pixels(env.screenshot(), target) != 0:
+                    return "target not reproduced"
+                for action in p.actions:
+                    env.execute(action)
+                error = env.screenshot()
+                for action in traj.actions[t_seed:]:
+                    env.execute(action)
+                passed = evaluate(traj.task.evaluator, env, traj.base_dir).passed
+            except EnvError as exc:
+                self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
+                return "crash"
+            runs.append((error, passed))
+        (error, passed), (error2, passed2) = runs
+        if passed != passed2 or differing_pixels(error, error2) != 0:
+            return "nondeterministic"
+        sim = ssim(error, target)
+        visible = sim < self.cfg.ssim_threshold
+        if passed and not (p.intent == "visual-only" and visible):
+            return "not an error"
+        kind = "visual-only" if passed else ("visible" if visible else "hidden-state")
+        cid = f"{traj.id}-t{t_seed}-{p.name}"
+        err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
+        _save_png(error, err_png)
+        self.log(f"  {cid}: {kind} (SSIM {sim:.4f}, remaining gt {'succeeds' if passed else 'fails'})")
+        return {"id": cid, "trajectory": traj.id, "t_seed": t_seed, "perturbation": p.name, "intent": p.intent,
+                "horizon": p.horizon, "kind": kind, "ssim": round(sim, 6), "suffix_passes": passed, "target_digest": _digest(target),
+                "error_digest": _digest(error), "error_png": str(err_png)}
+
+    # -- 5 ----------------------------------------------------------------------------------------
+    def stage_final(self) -> None:
+        trajs = {i["id"]: Trajectory.from_json(i) for i in read_jsonl(self.path("consistent"))}
+        catalogue = {p.name: p for p in load_catalogue(self.cfg.catalogue)}
+        dropped = Counter()
+        unique: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for cand in read_jsonl(self.path("perturb")):
+            if cand["ssim"] >= self.cfg.ssim_threshold and cand["intent"] != "hidden-state":
+                dropped["near-identical"] += 1
+                continue
+            task_id = trajs[cand["trajectory"]].task.id
+            key = (task_id, cand["target_digest"], cand["error_digest"])
+            if key in unique:
+                dropped["duplicate"] += 1
+                continue
+            unique[key] = cand
+        by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for cand in unique.values():
+            by_domain[trajs[cand["trajectory"]].task.domain].append(cand)
+        rng = random.Random(self.cfg.seed)
+        chosen = []
+        for domain in sorted(by_domain):
+            cands = sorted(by_domain[domain], key=lambda c: c["id"])
+            # the rare kinds first, so sampling never loses the cases only one half of the oracle sees
+            rare = [c for c in cands if c["kind"] != "visible"]
+            common = [c for c in cands if c["kind"] == "visible"]
+            rng.shuffle(rare)
+            rng.shuffle(common)
+            pick = (rare + common)[: self.cfg.per_domain]
+            dropped["sampled out"] += len(cands) - len(pick)
+            chosen += sorted(pick, key=lambda c: c["id"])
+        if self.cfg.out.exists():
+            shutil.rmtree(self.cfg.out)
+        for cand in chosen:
+            self._write_case(trajs[cand["trajectory"]], cand, catalogue[cand["perturbation"]])
+        self._finish("final", chosen, **dropped)
+        self.tables(trajs, chosen)
+
+    def _write_case(self, traj: Trajectory, cand: dict[str, Any], p: Perturbation) -> None:
+        domain_dir = self.cfg.out / traj.task.domain
+        case_dir = domain_dir / cand["id"]
+        case_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.cfg.work / "shots" / traj.id / f"step-{cand['t_seed']:03d}.png", case_dir / "target.png")
+        shutil.copy(cand["error_png"], case_dir / "error.png")
+        truth = {
+            "visible": "the error shows on screen and the remaining gt actions fail from it",
+            "hidden-state": "the screen looks like the target (SSIM >= threshold) but the remaining gt actions "
+                            "fail: only R_TC can catch it",
+            "visual-only": "the remaining gt actions still succeed but the screen differs: only R_O can catch it",
+        }[cand["kind"]]
+        doc = {
+            "id": cand["id"],
+            "task": traj.task.model_dump(mode="json", exclude_defaults=True),
+            "trajectory": [s.action.to_dict() for s in traj.steps],
+            "t_seed": cand["t_seed"],
+            "perturbation": [a.to_dict() for a in p.actions],
+            "d": p.d,
+            "screenshots": {"target": f"{cand['id']}/target.png", "error": f"{cand['id']}/error.png"},
+            "metadata": {
+                "source_model": traj.source.split(":")[0], "source": traj.source, "horizon": p.horizon,
+                "kind": cand["kind"], "intended_kind": p.intent, "perturbation": p.name, "mistake": p.mistake,
+                "ssim_error_vs_target": cand["ssim"], "suffix_passes_from_error": cand["suffix_passes"],
+                "ground_truth": truth, "built_by": "retrace build",
+            },
+        }
+        header = f"# Generated by `retrace build` from {traj.source}; do not edit by hand.\n"
+        (domain_dir / f"{cand['id']}.yaml").write_text(
+            header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8")
+
+    # -- reporting --------------------------------------------------------------------------------
+    def _finish(self, stage: str, items: list[dict[str, Any]], **dropped: int) -> None:
+        write_jsonl(self.path(stage), items)
+        extra = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()) if v)
+        self.log(f"[{stage}] kept {len(items)}" + (f"; excluded {extra}" if extra else ""))
+
+    def tables(self, trajs: dict[str, Trajectory], chosen: list[dict[str, Any]]) -> None:
+        counts = [(s, len(read_jsonl(self.path(s)))) for s in STAGES]
+        self.log("\nTable 6: counts after each stage")
+        labels = {"rollouts": "# of traj. after formatting", "consistent": "# of traj. after transition-consistent "
+                  "filtering", "seeds": "# of (traj., t_seed) targets", "perturb": "# of candidates after perturbation",
+                  "final": "# of cases after final set construction"}
+        for stage, n in counts:
+            self.log(f"  {labels[stage]:<52} {n:>5}")
+        self.log("\nTable 7: domain composition of the final set")
+        table: dict[str, Counter[str]] = defaultdict(Counter)
+        for c in chosen:
+            dom = trajs[c["trajectory"]].task.domain
+            table[dom][c["kind"]] += 1
+            table[dom][c["horizon"]] += 1
+        cols = ["visible", "hidden-state", "visual-only", "short", "long"]
+        self.log("  " + f"{'domain':<14}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
+        for dom in sorted(table):
+            total = sum(table[dom][k] for k in cols[:3])
+            self.log("  " + f"{dom:<14}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
+        self.log(f"  {'all':<14}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
+                 + f"{len(chosen):>8}")
+

@@ -1,0 +1,104 @@
+"""Calibration of the built-in suite on real runs: the baselines over every case in cases/, three times.
+
+- composition: >= 40 cases, >= 5 domains, both horizons, >= 5 hidden-state and >= 5 visual-only cases;
+- noop recovers 0 %, oracle 100 %, undo lies strictly in between;
+- every hidden-state case: R_O true, R_TC false under noop; every visual-only case: the reverse;
+- determinism: each baseline's verdict (and R_O, R_TC) on each case is identical over 3 runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pytest_retrace.cases import load_case
+
+from .conftest import REPO
+
+RUNS = 3
+MODELS = ("noop", "oracle", "undo")
+CASES = [load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict]]:
+    reports = tmp_path_factory.mktemp("suite-reports")
+    out = []
+    for i in range(RUNS):
+        start = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", f"--retrace-model={','.join(MODELS)}", f"--retrace-run=run{i}",
+             f"--retrace-report-dir={reports}", "-n", "2", "-p", "no:cacheprovider", "-q"],
+            cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=3000,
+        )
+        print(f"run {i}: exit {proc.returncode} in {time.monotonic() - start:.0f} s")
+        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+        lines = (reports / f"run{i}" / "results.jsonl").read_text().splitlines()
+        out.append([json.loads(line) for line in lines])
+    return out
+
+
+def by_model(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        out[r["model"]].append(r)
+    return out
+
+
+def test_suite_composition() -> None:
+    assert len(CASES) >= 40
+    domains = {c.task.domain for c in CASES}
+    assert len(domains) >= 5, domains
+    assert {c.horizon for c in CASES} == {"short", "long"}
+    assert {c.d for c in CASES} == {1, 5}
+    kinds = [c.metadata["kind"] for c in CASES]
+    assert kinds.count("hidden-state") >= 5 and kinds.count("visual-only") >= 5
+    assert all(c.metadata.get("ground_truth") and c.metadata.get("mistake") for c in CASES)
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_every_run_is_complete_and_error_free(runs: list[list[dict]]) -> None:
+    for records in runs:
+        assert len(records) == len(CASES) * len(MODELS)
+        errors = [(r["case"], r["model"], r["error"]) for r in records if r["verdict"] == "error"]
+        assert errors == []
+
+
+def test_noop_recovers_nothing_and_oracle_everything(runs: list[list[dict]]) -> None:
+    for records in runs:
+        models = by_model(records)
+        assert [r["case"] for r in models["noop"] if r["recovered"]] == []
+        assert [r["case"] for r in models["oracle"] if not r["recovered"]] == []
+
+
+def test_undo_lies_strictly_between(runs: list[list[dict]]) -> None:
+    undo = by_model(runs[0])["undo"]
+    recovered = sum(r["recovered"] for r in undo)
+    assert 0 < recovered < len(undo), f"undo recovered {recovered}/{len(undo)}"
+
+
+def test_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs: list[list[dict]]) -> None:
+    kind = {c.id: c.metadata["kind"] for c in CASES}
+    noop = by_model(runs[0])["noop"]
+    hidden = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "hidden-state"]
+    visual = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "visual-only"]
+    assert len(hidden) >= 5 and len(visual) >= 5
+    assert all(ro and not rtc for _, ro, rtc in hidden), hidden  # only R_TC catches them
+    assert all(rtc and not ro for _, ro, rtc in visual), visual  # only R_O catches them
+
+
+def test_verdicts_are_deterministic_over_three_runs(runs: list[list[dict]]) -> None:
+    seen: dict[tuple[str, str], set[tuple]] = defaultdict(set)
+    for records in runs:
+        for r in records:
+            seen[(r["case"], r["model"])].add((r["verdict"], r["r_o"], r["r_tc"]))
+    flips = {k: v for k, v in seen.items() if len(v) > 1}
+    print(f"flip count over {RUNS} runs: {len(flips)}")
+    assert flips == {}
