@@ -80,7 +80,7 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       osworld=[Path(p) for p in args.osworld],
                       osworld_examples=Path(args.osworld_examples) if args.osworld_examples else None,
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
-                      per_domain=args.per_domain)
+                      per_domain=args.per_domain, near_identical=args.near_identical)
     envs = [create_environment("xvfb") for _ in range(args.workers)]
     try:
         for env in envs:
@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--workers", type=int, default=2, help="desktops replaying in parallel")
     bld.add_argument("--seeds", type=int, default=2, help="target steps sampled per trajectory")
     bld.add_argument("--seed", type=int, default=0, help="random seed for seed selection and sampling")
+    bld.add_argument("--near-identical", type=float, default=0.999,
+                     help="drop errors with SSIM(error, target) at or above this, unless hidden-state")
     bld.add_argument("--per-domain", type=int, default=12, help="max cases per domain in the final set")
     bld.add_argument("--from", dest="from_stage", choices=["rollouts", "consistent", "seeds", "perturb", "final"],
                      help="redo this stage and every later one")

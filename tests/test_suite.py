@@ -87,9 +87,9 @@ def test_undo_lies_strictly_between(runs: list[list[dict]]) -> None:
 def test_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs: list[list[dict]]) -> None:
     kind = {c.id: c.metadata["kind"] for c in CASES}
     noop = by_model(runs[0])["noop"]
-    hidden = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "hidden-state"]
+    hidden = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] in ("hidden-state", "subtle")]
     visual = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "visual-only"]
-    assert len(hidden) >= 5 and len(visual) >= 5
+    assert sum(kind[c] == "hidden-state" for c, _, _ in hidden) >= 5 and len(visual) >= 5
     assert all(ro and not rtc for _, ro, rtc in hidden), hidden  # only R_TC catches them
     assert all(rtc and not ro for _, ro, rtc in visual), visual  # only R_O catches them
 

@@ -79,10 +79,24 @@ class BuildConfig:
     replays: int = 3
     seeds_per_trajectory: int = 3
     seed: int = 0
-    ssim_threshold: float = 0.99
+    ssim_threshold: float = 0.99  # R_O's threshold: decides which half of the oracle sees an error
+    # Near-identical errors are dropped unless hidden-state. Not 0.99: on this 1280x800 desktop a wrong
+    # spreadsheet cell scores SSIM 0.993-0.998, yet it is a real, visible mistake worth keeping.
+    near_identical: float = 0.999
     per_domain: int = 12
     perturbations_per_target: int = 6
     catalogue: Path = CATALOGUE
+
+
+def measured_kind(suffix_passes: bool, sim: float, intent: str, threshold: float) -> str:
+    """Which half of the oracle R = R_TC ∧ R_O catches the error, measured, not assumed:
+    visible (both), subtle (on screen, but SSIM >= threshold: R_TC only), hidden-state (meant to be
+    off screen and it is: R_TC only), visual-only (the remaining gt actions still succeed: R_O only)."""
+    if suffix_passes:
+        return "visual-only"
+    if sim < threshold:
+        return "visible"
+    return "hidden-state" if intent == "hidden-state" else "subtle"
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -258,7 +272,7 @@ class Builder:
         visible = sim < self.cfg.ssim_threshold
         if passed and not (p.intent == "visual-only" and visible):
             return "not an error"
-        kind = "visual-only" if passed else ("visible" if visible else "hidden-state")
+        kind = measured_kind(passed, sim, p.intent, self.cfg.ssim_threshold)
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
         _save_png(error, err_png)
@@ -274,7 +288,8 @@ class Builder:
         dropped = Counter()
         unique: dict[tuple[str, str, str], dict[str, Any]] = {}
         for cand in read_jsonl(self.path("perturb")):
-            if cand["ssim"] >= self.cfg.ssim_threshold and cand["intent"] != "hidden-state":
+            cand["kind"] = measured_kind(cand["suffix_passes"], cand["ssim"], cand["intent"], self.cfg.ssim_threshold)
+            if cand["ssim"] >= self.cfg.near_identical and cand["intent"] != "hidden-state":
                 dropped["near-identical"] += 1
                 continue
             task_id = trajs[cand["trajectory"]].task.id
@@ -316,6 +331,7 @@ class Builder:
             "hidden-state": "the screen looks like the target (SSIM >= threshold) but the remaining gt actions "
                             "fail: only R_TC can catch it",
             "visual-only": "the remaining gt actions still succeed but the screen differs: only R_O can catch it",
+            "subtle": "the error shows on screen, but too little for SSIM (>= threshold): only R_TC catches it",
         }[cand["kind"]]
         doc = {
             "id": cand["id"],
@@ -356,10 +372,10 @@ class Builder:
             dom = trajs[c["trajectory"]].task.domain
             table[dom][c["kind"]] += 1
             table[dom][c["horizon"]] += 1
-        cols = ["visible", "hidden-state", "visual-only", "short", "long"]
+        cols = ["visible", "subtle", "hidden-state", "visual-only", "short", "long"]
         self.log("  " + f"{'domain':<14}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
         for dom in sorted(table):
-            total = sum(table[dom][k] for k in cols[:3])
+            total = sum(table[dom][k] for k in cols[:4])
             self.log("  " + f"{dom:<14}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
         self.log(f"  {'all':<14}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
                  + f"{len(chosen):>8}")
