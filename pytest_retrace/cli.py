@@ -52,14 +52,18 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
     from .cases import CaseError
     from .envs import EnvError, create_environment
 
-    w, h = (int(v) for v in args.screen.split("x"))
-    env = create_environment("xvfb", size=(w, h))
-    env.start()
+    from .cases import load_case
+
+    envs: dict[tuple[int, int], object] = {}  # one desktop per screen size the cases ask for
     failed = 0
     try:
         for path in _case_files(args.paths):
             try:
-                rec = record_case(path, env, replays=args.replays)
+                size = load_case(path, check_screenshots=False).screen
+                if size not in envs:
+                    envs[size] = create_environment("xvfb", size=size)
+                    envs[size].start()  # type: ignore[attr-defined]
+                rec = record_case(path, envs[size], replays=args.replays)  # type: ignore[arg-type]
             except (RecordError, CaseError, EnvError) as exc:
                 failed += 1
                 print(f"FAILED {exc}")
@@ -68,7 +72,8 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
             for line in rec.checks:
                 print(f"  - {line}")
     finally:
-        env.close()
+        for env in envs.values():
+            env.close()  # type: ignore[attr-defined]
     return 1 if failed else 0
 
 
@@ -120,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("record", help="record a case's target and error screenshots on a real desktop")
     rec.add_argument("paths", nargs="+")
     rec.add_argument("--replays", type=int, default=3)
-    rec.add_argument("--screen", default="1280x800")
     rec.set_defaults(func=_cmd_record)
     bld = sub.add_parser("build", help="build recovery cases from successful trajectories (resumable stages)")
     bld.add_argument("--scripted", action="append", default=[], help="dir of scripted rollouts (default rollouts/)")

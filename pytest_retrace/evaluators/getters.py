@@ -15,7 +15,9 @@ from .base import CommandResult, EvaluatorError, GetterContext, register_getter
 _TIMEOUT = {"timeout": (int, float)}
 
 
-@register_getter("vm_file", required={"path": str}, optional={})
+# OSWorld's vm_file getter names a local copy in `dest`; we read the bytes directly, so it is accepted
+# (imported OSWorld evaluators stay valid) and has no effect.
+@register_getter("vm_file", required={"path": str}, optional={"dest": str})
 def vm_file(config: Mapping[str, Any], ctx: GetterContext) -> bytes | None:
     """The file's bytes inside the environment, None when it does not exist."""
     return ctx.env.read_file(config["path"])
