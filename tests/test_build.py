@@ -100,3 +100,20 @@ def test_pipeline_builds_verified_cases_and_resumes(env: XvfbEnvironment, tmp_pa
     Builder(cfg, [env], log=log.append).run(start="final")
     assert sum("done already" in line for line in log) == 4
     assert len(list((tmp_path / "cases").rglob("*.yaml"))) == 2
+
+
+def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: Path) -> None:
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    write_rollout(rollouts, "mini", GOOD)
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "scripted.yaml").write_text(yaml.safe_dump({"provider": "script", "options": {"actions": GOOD}}))
+    (agents / "idle.yaml").write_text("provider: noop\n")
+    log: list[str] = []
+    cfg = BuildConfig(work=tmp_path / "work", out=tmp_path / "cases", scripted=[rollouts], agents=["scripted", "idle"],
+                      agent_dirs=[agents])
+    Builder(cfg, [env], log=log.append).stage_rollouts()
+    text = "\n".join(log)
+    assert "[rollouts] kept 2; excluded dropped: 1" in text  # the scripted file + the script agent's run
+    assert "agent:noop:mini-files: unsuccessful rollout" in text

@@ -76,6 +76,8 @@ class BuildConfig:
     scripted: list[Path] = field(default_factory=list)
     osworld: list[Path] = field(default_factory=list)
     osworld_examples: Path | None = None
+    agents: list[str] = field(default_factory=list)  # model configs rolled out on the scripted tasks
+    agent_dirs: list[Path] = field(default_factory=lambda: [Path("agents")])
     replays: int = 3
     seeds_per_trajectory: int = 3
     seed: int = 0
@@ -156,6 +158,10 @@ class Builder:
         for root in self.cfg.scripted:
             for file in sorted(root.rglob("*.yaml")):
                 (dropped if isinstance(t := load_scripted(file), Dropped) else kept).append(t)
+        if self.cfg.agents:
+            kept_agent, dropped_agent = self._agent_rollouts([t for t in kept if t.source.startswith("scripted:")])
+            kept += kept_agent
+            dropped += dropped_agent
         for root in self.cfg.osworld:
             from .osworld import import_osworld
 
@@ -165,6 +171,24 @@ class Builder:
         for d in dropped:
             self.log(f"  dropped {d.source}: {d.reason}")
         self._finish("rollouts", [t.to_json() for t in kept], dropped=len(dropped))
+
+    def _agent_rollouts(self, scripted: list[Trajectory]) -> tuple[list[Trajectory], list[Dropped]]:
+        """On-policy rollouts: each configured agent attempts every scripted task through the Agent protocol."""
+        from ..agents import create_agent, load_model_config
+        from .trajectory import rollout_agent
+
+        kept: list[Trajectory] = []
+        dropped: list[Dropped] = []
+        for name in self.cfg.agents:
+            agent = create_agent(load_model_config(name, self.cfg.agent_dirs))
+            try:
+                for traj in scripted:
+                    shots = self.cfg.work / "rollout-shots" / name / traj.id
+                    got = rollout_agent(self.envs[0], traj.task, agent, traj.base_dir, shots_dir=shots)
+                    (dropped if isinstance(got, Dropped) else kept).append(got)
+            finally:
+                agent.close()
+        return kept, dropped
 
     # -- 2 ----------------------------------------------------------------------------------------
     def stage_consistent(self) -> None:
