@@ -22,6 +22,9 @@ from pytest_retrace.cases import load_case
 
 from .conftest import REPO
 
+# one xdist worker runs this whole module (with --dist loadgroup): the three suite runs happen once
+pytestmark = pytest.mark.xdist_group("builtin-suite")
+
 RUNS = 3
 MODELS = ("noop", "oracle", "undo")
 CASES = [load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))]
