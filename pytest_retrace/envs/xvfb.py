@@ -71,6 +71,8 @@ def _die_with_parent() -> None:
 
 
 def _namespaces_work() -> bool:
+    if shutil.which("mount") is None:
+        return False
     try:
         res = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
