@@ -49,10 +49,8 @@ def _cmd_validate(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
     from .build.record import RecordError, record_case
-    from .cases import CaseError
+    from .cases import CaseError, load_case
     from .envs import EnvError, create_environment
-
-    from .cases import load_case
 
     envs: dict[tuple[int, int], object] = {}  # one desktop per screen size the cases ask for
     failed = 0

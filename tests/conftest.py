@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from pytest_retrace.envs.xvfb import XvfbEnvironment
 
 REPO = Path(__file__).resolve().parent.parent
 _TAG = re.compile(rb"RETRACE_(?:ENV|SESSION)=([^\0]*)")
@@ -32,3 +37,12 @@ def retrace_processes(prefix: str) -> dict[int, str]:
                 found[int(entry.name)] = cmd
                 break
     return found
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[XvfbEnvironment]:
+    """A real desktop shared by the tests of one module (started once, always closed)."""
+    e = XvfbEnvironment()
+    e.start()
+    yield e
+    e.close()

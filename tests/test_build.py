@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 from pytest_retrace.agents.baselines import ScriptAgent
@@ -27,17 +26,10 @@ CATALOGUE = """
 - {name: wrong-directory, domains: [files], horizon: short, intent: hidden-state, mistake: cd elsewhere,
    actions: ["pyautogui.write('cd /tmp && clear\\\\n')"]}
 - {name: listing-left, domains: [files], horizon: short, intent: visual-only, mistake: output left,
-   actions: ["pyautogui.write('ls -la /usr/lib | head -30\\\\n')"]}
+   actions: ["pyautogui.write('seq 30\\\\n')"]}
 - {name: stray-keys, domains: [files], horizon: short, intent: visible, mistake: typo, actions: ["pyautogui.write('zz')"]}
 """
 
-
-@pytest.fixture(scope="module")
-def env():
-    e = XvfbEnvironment()
-    e.start()
-    yield e
-    e.close()
 
 
 def write_rollout(root: Path, name: str, trajectory: list, task: dict = TASK) -> Path:

@@ -27,13 +27,6 @@ MOUSEPAD = task({"type": "file", "path": "~/notes.txt", "content": ""},
                 {"type": "launch", "command": ["mousepad", "~/notes.txt"], "window": "Mousepad"})
 
 
-@pytest.fixture(scope="module")
-def env():
-    e = XvfbEnvironment()
-    e.start()
-    yield e
-    e.close()
-
 
 def test_start_gives_a_real_display_with_a_window_manager(env: XvfbEnvironment) -> None:
     shot = env.screenshot()

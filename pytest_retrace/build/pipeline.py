@@ -21,8 +21,8 @@ import hashlib
 import queue
 import random
 import shutil
-from collections.abc import Callable, Iterable
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

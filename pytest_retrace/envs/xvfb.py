@@ -107,6 +107,12 @@ class XvfbEnvironment:
         self._use_ns = os.geteuid() == 0 and _namespaces_work()
         if self._use_ns:
             os.makedirs(GUEST_HOME, exist_ok=True)
+        else:
+            import warnings
+
+            warnings.warn(f"retrace xvfb: no private mount namespace (needs root, unshare and mount): apps see "
+                          f"HOME={self.home}, not {GUEST_HOME}; recorded screens that show paths will not match",
+                          RuntimeWarning, stacklevel=2)
         read_fd, write_fd = os.pipe()
         w, h = self.size
         self._xvfb = subprocess.Popen(
