@@ -9,10 +9,10 @@ import pytest
 
 
 @pytest.hookspec
-def retrace_record(record: dict[str, Any], config: pytest.Config) -> None:
+def pytest_retrace_record(record: dict[str, Any], config: pytest.Config) -> None:
     """A test finished and its record (one line of results.jsonl) was written."""
 
 
 @pytest.hookspec
-def retrace_summary(summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
+def pytest_retrace_summary(summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
     """The session's summary (summary.json) was computed from all records."""

@@ -329,7 +329,7 @@ class _Controller:
         record = getattr(report, "retrace_record", None)
         if record is not None:
             self.session.add(record)
-            self.config.hook.retrace_record(record=record, config=self.config)
+            self.config.hook.pytest_retrace_record(record=record, config=self.config)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.option.collectonly:
@@ -339,7 +339,7 @@ class _Controller:
             "models": [m.name for m in settings.models], "env": settings.env, "budget": settings.budget,
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
         })
-        self.config.hook.retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
+        self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from .stats import format_table

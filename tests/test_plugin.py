@@ -138,3 +138,24 @@ def test_ctrl_c_keeps_finished_results_and_leaves_no_process(project: pytest.Pyt
     assert 2 <= finished < 12, out.decode()[-2000:]
     assert all(json.loads(line)["verdict"] in ("recovered", "not_recovered") for line in results.read_text().splitlines())
     assert_no_leftovers(project)
+
+
+def test_own_hooks_receive_every_record_and_the_summary(project: pytest.Pytester) -> None:
+    project.makeconftest('''
+import json
+
+def pytest_configure(config):
+    config._seen = []
+
+def pytest_retrace_record(record, config):
+    config._seen.append(record["nodeid"])
+
+def pytest_retrace_summary(summary, run_dir, config):
+    with open("hook-output.json", "w") as fh:
+        json.dump({"records": config._seen, "groups": summary["groups"], "run_dir": run_dir}, fh)
+''')
+    res = project.runpytest_subprocess("--retrace-model=noop,oracle", "-k", "typo-short", "-n", "2")
+    res.assert_outcomes(passed=1, failed=1)
+    out = json.loads((project.path / "hook-output.json").read_text())
+    assert sorted(n.split("[")[1] for n in out["records"]) == ["typo-short-noop-implicit]", "typo-short-oracle-explicit]"]
+    assert {g["model"]: g["recovered"] for g in out["groups"]} == {"noop": 0, "oracle": 1}
