@@ -14,24 +14,18 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-
-import pytest
+from pathlib import Path
 
 from pytest_retrace.cases import load_case
 
 from .conftest import REPO
-
-# one xdist worker runs this whole module (with --dist loadgroup): the three suite runs happen once
-pytestmark = pytest.mark.xdist_group("builtin-suite")
 
 RUNS = 3
 MODELS = ("noop", "oracle", "undo")
 CASES = [load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict]]:
-    reports = tmp_path_factory.mktemp("suite-reports")
+def run_suite(reports: Path) -> list[list[dict]]:
     out = []
     for i in range(RUNS):
         start = time.monotonic()
@@ -66,27 +60,27 @@ def test_suite_composition() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
 
 
-def test_every_run_is_complete_and_error_free(runs: list[list[dict]]) -> None:
+def check_every_run_is_complete_and_error_free(runs: list[list[dict]]) -> None:
     for records in runs:
         assert len(records) == len(CASES) * len(MODELS)
         errors = [(r["case"], r["model"], r["error"]) for r in records if r["verdict"] == "error"]
         assert errors == []
 
 
-def test_noop_recovers_nothing_and_oracle_everything(runs: list[list[dict]]) -> None:
+def check_noop_recovers_nothing_and_oracle_everything(runs: list[list[dict]]) -> None:
     for records in runs:
         models = by_model(records)
         assert [r["case"] for r in models["noop"] if r["recovered"]] == []
         assert [r["case"] for r in models["oracle"] if not r["recovered"]] == []
 
 
-def test_undo_lies_strictly_between(runs: list[list[dict]]) -> None:
+def check_undo_lies_strictly_between(runs: list[list[dict]]) -> None:
     undo = by_model(runs[0])["undo"]
     recovered = sum(r["recovered"] for r in undo)
     assert 0 < recovered < len(undo), f"undo recovered {recovered}/{len(undo)}"
 
 
-def test_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs: list[list[dict]]) -> None:
+def check_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs: list[list[dict]]) -> None:
     kind = {c.id: c.metadata["kind"] for c in CASES}
     noop = by_model(runs[0])["noop"]
     hidden = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] in ("hidden-state", "subtle")]
@@ -96,7 +90,7 @@ def test_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs:
     assert all(rtc and not ro for _, ro, rtc in visual), visual  # only R_O catches them
 
 
-def test_verdicts_are_deterministic_over_three_runs(runs: list[list[dict]]) -> None:
+def check_verdicts_are_deterministic_over_three_runs(runs: list[list[dict]]) -> None:
     seen: dict[tuple[str, str], set[tuple]] = defaultdict(set)
     for records in runs:
         for r in records:
@@ -104,3 +98,21 @@ def test_verdicts_are_deterministic_over_three_runs(runs: list[list[dict]]) -> N
     flips = {k: v for k, v in seen.items() if len(v) > 1}
     print(f"flip count over {RUNS} runs: {len(flips)}")
     assert flips == {}
+
+
+CHECKS = [check_every_run_is_complete_and_error_free, check_noop_recovers_nothing_and_oracle_everything,
+          check_undo_lies_strictly_between, check_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle,
+          check_verdicts_are_deterministic_over_three_runs]
+
+
+def test_builtin_suite_calibration_and_determinism(tmp_path: Path) -> None:
+    # One test, not one per property: the three suite runs (~15 min) must happen once per session,
+    # on one xdist worker. Every property is checked and all failures are reported together.
+    runs = run_suite(tmp_path)
+    failures = []
+    for check in CHECKS:
+        try:
+            check(runs)
+        except AssertionError as exc:
+            failures.append(f"{check.__name__}: {exc}")
+    assert not failures, "\n".join(failures)
