@@ -26,7 +26,7 @@ CATALOGUE = """
 - {name: wrong-directory, domains: [files], horizon: short, intent: hidden-state, mistake: cd elsewhere,
    actions: ["pyautogui.write('cd /tmp && clear\\\\n')"]}
 - {name: listing-left, domains: [files], horizon: short, intent: visual-only, mistake: output left,
-   actions: ["pyautogui.write('seq 30\\\\n')"]}
+   actions: ["pyautogui.write('help | head -40\\\\n')"]}
 - {name: stray-keys, domains: [files], horizon: short, intent: visible, mistake: typo, actions: ["pyautogui.write('zz')"]}
 """
 
