@@ -61,12 +61,12 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
                 if size not in envs:
                     envs[size] = create_environment("xvfb", size=size)
                     envs[size].start()  # type: ignore[attr-defined]
-                rec = record_case(path, envs[size], replays=args.replays)  # type: ignore[arg-type]
+                rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)  # type: ignore[arg-type]
             except (RecordError, CaseError, EnvError) as exc:
                 failed += 1
                 print(f"FAILED {exc}")
                 continue
-            print(f"recorded {path}")
+            print(f"recorded {path} ({rec.kind})")
             for line in rec.checks:
                 print(f"  - {line}")
     finally:
@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     val.set_defaults(func=_cmd_validate)
     rec = sub.add_parser("record", help="record a case's target and error screenshots on a real desktop")
     rec.add_argument("paths", nargs="+")
-    rec.add_argument("--replays", type=int, default=3)
+    rec.add_argument("--replays", type=int, default=3, help="runs that must agree (default 3)")
+    rec.add_argument("--ssim-threshold", type=float, default=0.99,
+                     help="R_O's threshold: a harmless mistake is a case only if its screen is below it")
     rec.set_defaults(func=_cmd_record)
     bld = sub.add_parser("build", help="build recovery cases from successful trajectories (resumable stages)")
     bld.add_argument("--scripted", action="append", default=[], help="dir of scripted rollouts (default rollouts/)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pytest_retrace.agents.baselines import ScriptAgent
@@ -109,3 +110,32 @@ def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: 
     text = "\n".join(log)
     assert "[rollouts] kept 2; excluded dropped: 1" in text  # the scripted file + the script agent's run
     assert "agent:noop:mini-files: unsuccessful rollout" in text
+
+
+def test_shipped_catalogue_covers_the_mistakes_the_paper_names() -> None:
+    catalogue = load_catalogue()
+    mistakes = " | ".join(p.mistake for p in catalogue)
+    for named in ("wrong menu", "wrong keystrokes", "closing a window", "deleting text", "saving over a file",
+                  "changing a setting"):
+        assert named in mistakes
+    assert {p.horizon for p in catalogue} == {"short", "long"}
+    assert {p.intent for p in catalogue} == {"visible", "hidden-state", "visual-only"}
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("- {name: x, domains: [files], horizon: short, intent: visible, mistake: m}", r"entry 0 \(x\): missing actions"),
+    ("- {name: x, domains: [files], horizon: medium, intent: visible, mistake: m, actions: [\"pyautogui.press('a')\"]}",
+     r"entry 0 \(x\): horizon: 'medium' is not one of short, long"),
+    ("- {name: x, domains: [files], horizon: short, intent: oops, mistake: m, actions: [\"pyautogui.press('a')\"]}",
+     r"entry 0 \(x\): intent: 'oops' is not one of visible, hidden-state, visual-only"),
+    ("- {name: x, domains: [files], horizon: short, intent: visible, mistake: m, actions: [\"os.system('x')\"]}",
+     r"entry 0 \(x\): actions: .*not allowed"),
+    ("- {name: x, domains: [files], horizon: short, intent: visible, mistake: m,\n"
+     "   actions: [\"pyautogui.press('a')\", \"pyautogui.press('b')\"]}",
+     r"entry 0 \(x\): actions: a short-horizon mistake needs 1..1 actions, got 2"),
+])
+def test_bad_catalogue_entry_names_file_entry_and_field(tmp_path: Path, entry: str, message: str) -> None:
+    path = tmp_path / "catalogue.yaml"
+    path.write_text(entry)
+    with pytest.raises(ValueError, match=rf"catalogue\.yaml: {message}"):
+        load_catalogue(path)

@@ -34,12 +34,13 @@ from ..actions import Action, parse_action
 from ..cases import load_png
 from ..envs import EnvError, Environment
 from ..evaluators import evaluate
-from ..oracle import differing_pixels, ssim
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
+from .verify import Rejected, measured_kind, verify_candidate
 
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
 CATALOGUE = Path(__file__).with_name("perturbations.yaml")
 D_FOR_HORIZON = {"short": 1, "long": 5}
+INTENTS = ("visible", "hidden-state", "visual-only")
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,32 @@ class Perturbation:
 
 
 def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
+    """The mistake catalogue; a malformed entry is a ValueError naming the file, the entry and the field."""
+    raw_entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(raw_entries, list):
+        raise ValueError(f"{path}: expected a list of perturbations")
     out = []
-    for i, raw in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))):
-        actions = tuple(a for item in raw["actions"] for a in parse_action(item))
+    for i, raw in enumerate(raw_entries):
+        name = raw.get("name", "?") if isinstance(raw, dict) else repr(raw)
+        where = f"{path}: entry {i} ({name})"
+        missing = [k for k in ("name", "domains", "horizon", "intent", "mistake", "actions")
+                   if not isinstance(raw, dict) or k not in raw]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        if raw["horizon"] not in D_FOR_HORIZON:
+            raise ValueError(f"{where}: horizon: {raw['horizon']!r} is not one of {', '.join(D_FOR_HORIZON)}")
+        if raw["intent"] not in INTENTS:
+            raise ValueError(f"{where}: intent: {raw['intent']!r} is not one of {', '.join(INTENTS)}")
+        if not isinstance(raw["actions"], list):
+            raise ValueError(f"{where}: actions: expected a list")
+        try:
+            actions = tuple(a for item in raw["actions"] for a in parse_action(item))
+        except ValueError as exc:
+            raise ValueError(f"{where}: actions: {exc}") from None
         p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions)
-        if p.horizon not in D_FOR_HORIZON or p.intent not in ("visible", "hidden-state", "visual-only"):
-            raise ValueError(f"{path}: entry {i} ({p.name}): bad horizon or intent")
         if not 1 <= len(p.actions) <= p.d:
-            raise ValueError(f"{path}: entry {i} ({p.name}): needs 1..{p.d} actions")
+            raise ValueError(f"{where}: actions: a {p.horizon}-horizon mistake needs 1..{p.d} actions, "
+                             f"got {len(p.actions)}")
         out.append(p)
     return out
 
@@ -88,17 +107,6 @@ class BuildConfig:
     per_domain: int = 12
     perturbations_per_target: int = 6
     catalogue: Path = CATALOGUE
-
-
-def measured_kind(suffix_passes: bool, sim: float, intent: str, threshold: float) -> str:
-    """Which half of the oracle R = R_TC ∧ R_O catches the error, measured, not assumed:
-    visible (both), subtle (on screen, but SSIM >= threshold: R_TC only), hidden-state (meant to be
-    off screen and it is: R_TC only), visual-only (the remaining gt actions still succeed: R_O only)."""
-    if suffix_passes:
-        return "visual-only"
-    if sim < threshold:
-        return "visible"
-    return "hidden-state" if intent == "hidden-state" else "subtle"
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -271,32 +279,17 @@ class Builder:
     def _perturb(self, env: Environment, job: tuple[Trajectory, int, Perturbation]) -> dict[str, Any] | str:
         traj, t_seed, p = job
         target = load_png(self.cfg.work / "shots" / traj.id / f"step-{t_seed:03d}.png")
-        runs = []
-        for _ in range(2):  # twice: a candidate whose error state or outcome varies is not a case
-            try:
-                env.reset(traj.task, traj.base_dir)
-                for action in traj.actions[:t_seed]:
-                    env.execute(action)
-                if differing_pixels(env.screenshot(), target) != 0:
-                    return "target not reproduced"
-                for action in p.actions:
-                    env.execute(action)
-                error = env.screenshot()
-                for action in traj.actions[t_seed:]:
-                    env.execute(action)
-                passed = evaluate(traj.task.evaluator, env, traj.base_dir).passed
-            except EnvError as exc:
-                self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
-                return "crash"
-            runs.append((error, passed))
-        (error, passed), (error2, passed2) = runs
-        if passed != passed2 or differing_pixels(error, error2) != 0:
-            return "nondeterministic"
-        sim = ssim(error, target)
-        visible = sim < self.cfg.ssim_threshold
-        if passed and not (p.intent == "visual-only" and visible):
-            return "not an error"
-        kind = measured_kind(passed, sim, p.intent, self.cfg.ssim_threshold)
+        try:
+            # twice: a candidate whose error state or outcome varies is not a case
+            got = verify_candidate(env, traj.task, traj.base_dir, traj.actions[:t_seed], p.actions,
+                                   traj.actions[t_seed:], runs=2, threshold=self.cfg.ssim_threshold,
+                                   intent=p.intent, expect_target=target)
+        except Rejected as exc:
+            return exc.reason
+        except EnvError as exc:
+            self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
+            return "crash"
+        error, passed, sim, kind = got.error, got.suffix_passes, got.ssim, got.kind
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
         _save_png(error, err_png)

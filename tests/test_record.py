@@ -1,0 +1,71 @@
+"""`retrace record` on a real desktop: a hand-written case gets its screenshots only if it passes the
+same candidate check as `retrace build` (reproducible, transition-consistent, a real error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from pytest_retrace import cli
+from pytest_retrace.build.record import RecordError, record_case
+from pytest_retrace.cases import load_case, load_png
+from pytest_retrace.envs.xvfb import XvfbEnvironment
+
+from .test_build import GOOD, TASK
+
+
+def write_case(root: Path, name: str, perturbation: list[str], task: dict[str, Any] = TASK,
+               **metadata: str) -> Path:
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "task": task, "trajectory": GOOD, "t_seed": 1, "perturbation": perturbation, "d": 1,
+        "screenshots": {"target": f"{name}/target.png", "error": f"{name}/error.png"}, "metadata": metadata,
+    }, sort_keys=False))
+    return path
+
+
+def test_hidden_state_case_is_recorded_with_identical_screens(env: XvfbEnvironment, tmp_path: Path) -> None:
+    path = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
+    rec = record_case(path, env, replays=2)
+    assert rec.kind == "hidden-state"
+    assert "the remaining gt actions fail from it; SSIM(error, target) = 1.0000" in "\n".join(rec.checks)
+    case = load_case(path)  # now with its screenshots, which load_case checks against the screen size
+    assert np.array_equal(load_png(case.target_png), load_png(case.error_png))  # nothing on screen shows it
+
+
+def test_visual_only_case_is_recorded(env: XvfbEnvironment, tmp_path: Path) -> None:
+    # harmless to the evaluator but visibly off: a case only R_O can catch (recording used to reject these)
+    path = write_case(tmp_path, "output-left", ["pyautogui.write('help | head -40\\n')"])
+    rec = record_case(path, env, replays=2)
+    assert rec.kind == "visual-only"
+    assert "remaining gt actions succeed from it" in "\n".join(rec.checks)
+    assert rec.case.error_png.is_file() and not np.array_equal(rec.target, rec.error)
+
+
+def test_harmless_invisible_mistake_is_refused_and_nothing_written(env: XvfbEnvironment, tmp_path: Path) -> None:
+    # the pointer is not drawn (Xvfb -nocursor) and moving it changes nothing: not a mistake at all
+    path = write_case(tmp_path, "moved", ["pyautogui.moveTo(300, 300)"])
+    with pytest.raises(RecordError, match=r"moved\.yaml: not an error: .*screen matches the target \(SSIM 1\.0000"):
+        record_case(path, env, replays=2)
+    assert not (tmp_path / "moved").exists()
+
+
+def test_harmless_mistake_meant_as_visible_is_refused(env: XvfbEnvironment, tmp_path: Path) -> None:
+    path = write_case(tmp_path, "meant-visible", ["pyautogui.write('help | head -40\\n')"], kind="visible")
+    with pytest.raises(RecordError, match=r"not an error: .*intended visible"):
+        record_case(path, env, replays=2)
+
+
+def test_cli_records_the_good_case_and_names_the_broken_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
+    never = write_case(tmp_path, "never", ["pyautogui.write('zz')"], task={**TASK, "id": "never",
+                       "evaluator": {**TASK["evaluator"], "expected": {"type": "rule", "rules": {"text": "y\n"}}}})
+    assert cli.main(["record", str(never), str(good), "--replays", "2"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED {never}: full trajectory failed the evaluator on replay 1" in out
+    assert f"recorded {good} (hidden-state)" in out  # one broken case never stops the others
+    assert (tmp_path / "cd-away" / "target.png").is_file() and not (tmp_path / "never").exists()
