@@ -11,7 +11,7 @@ import pytest
 from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
+from pytest_retrace.envs.xvfb import DESKTOP_MENU, GUEST_HOME, XvfbEnvironment
 
 from .conftest import retrace_processes
 
@@ -57,6 +57,26 @@ def test_reset_ends_every_session_process_and_restores_home(env: XvfbEnvironment
     assert env.read_file("~/junk.txt") is None
     assert env.find_windows("Mousepad") == []
     assert elapsed < 3.0, f"reset took {elapsed:.2f} s (benchmarks/bench_env.py measures it precisely)"
+
+
+def test_a_closed_window_can_be_reopened_from_the_desktop_menu(env: XvfbEnvironment) -> None:
+    # closing the task's only window is a catalogue mistake; the desktop must let an agent undo it
+    xterm = task({"type": "launch", "command": list(DESKTOP_MENU[0][1]), "window": "XTerm"})
+    env.reset(xterm, Path("."))
+    start = env.screenshot()
+    env.execute(Action("click", x=1270, y=9))  # the title bar's close button
+    assert env.find_windows("XTerm") == [] and env.session_pids() == []
+    env.execute(Action("click", x=200, y=200, button="right"))
+    menu = env.screenshot()
+    assert np.any(menu[200:260, 200:290] != 0)  # the menu opened at the pointer on the black desktop
+    env.execute(Action("click", x=230, y=210))  # its first entry: Terminal
+    assert env.find_windows("XTerm")
+    assert np.array_equal(env.screenshot(), start)  # the same terminal the task started, pixel for pixel
+    pids = env.session_pids()  # found by the task's tag: the app is part of the task
+    assert pids and all(f"HOME={GUEST_HOME}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+                        for p in pids)
+    env.reset(task(), Path("."))
+    assert env.session_pids() == []  # so reset ends it like any app the task started
 
 
 def test_typing_unicode_text_reaches_the_app_exactly(env: XvfbEnvironment) -> None:

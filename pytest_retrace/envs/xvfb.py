@@ -37,6 +37,14 @@ from . import EnvError
 GUEST_HOME = "/home/user"
 _TEMPLATE = Path(__file__).with_name("home-template")
 _OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
+# The desktop's application menu (right-click on the desktop), as on any real desktop: without it an
+# agent that closed the task's only window could never reopen it. Same arguments as the suite's tasks
+# use, so a reopened app looks like the one the task started.
+DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Terminal", ("xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white", "-fg", "black")),
+    ("Text Editor", ("mousepad",)),
+    ("Spreadsheet", ("gnumeric",)),
+)
 
 # pyautogui key names -> X keysyms understood by xdotool
 _KEYSYMS = {
@@ -129,7 +137,7 @@ class XvfbEnvironment:
             os.close(read_fd)
         self._restore_home()
         wm_home = self.root / "wm-home"  # the WM runs outside the namespace: give it a home of its own
-        wm_home.mkdir()
+        self._write_menu(wm_home / ".config" / "openbox" / "menu.xml")
         wm_env = {**self._env(session=False), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
                   "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
         self._wm = subprocess.Popen(
@@ -141,6 +149,27 @@ class XvfbEnvironment:
 
         factory = getattr(mss, "MSS", None) or mss.mss
         self._grabber = factory(display=self.display)
+
+    def _write_menu(self, path: Path) -> None:
+        """The root menu, whose entries start apps through a launcher that makes them part of the current
+        task (tagged, in the namespace, with the task's environment), exactly like a setup launch step:
+        reset kills them and they see /home/user."""
+        from xml.sax.saxutils import escape, quoteattr
+
+        assert self.root is not None
+        launcher = self.root / "bin" / "retrace-launch"
+        launcher.parent.mkdir()
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self._env().items())
+        launcher.write_text(f"#!/bin/sh\ncd {shlex.quote(str(self.home))} || exit 1\n"
+                            f"exec env -i {env} {shlex.join(self._wrap([]))} \"$@\" "
+                            f">>{shlex.quote(str(self.root / 'logs' / 'menu.log'))} 2>&1\n")
+        launcher.chmod(0o755)
+        items = "".join(f'<item label={quoteattr(label)}><action name="Execute"><command>'
+                        f"{escape(shlex.join([str(launcher), *argv]))}</command></action></item>"
+                        for label, argv in DESKTOP_MENU)
+        path.parent.mkdir(parents=True)
+        path.write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n<openbox_menu xmlns="http://openbox.org/3.4/menu">'
+                        f'<menu id="root-menu" label="Applications">{items}</menu></openbox_menu>\n')
 
     def _read_display(self, fd: int, timeout: float = 15.0) -> str:
         deadline = time.monotonic() + timeout
