@@ -2,6 +2,10 @@
 
 Isolation and determinism choices, each because a screenshot must be reproducible bit for bit:
 - ``Xvfb -displayfd`` picks a free display number itself, so parallel xdist workers never race.
+- ``Xvfb -noreset``: by default the server resets when its last client disconnects. The first
+  ``xprop`` that polls for the window manager could be that client, and a connection that arrives
+  during the reset fails: openbox then exited with "Failed to open the display" (measured: 1 start
+  in about 40 with 3 desktops starting at once).
 - Every app runs in a private mount namespace where the environment's own home directory is mounted at
   ``/home/user``: window titles and file dialogs show the same path in every worker (``/tmp/xyz``
   would differ per worker and break SSIM against the recorded target).
@@ -125,7 +129,7 @@ class XvfbEnvironment:
         w, h = self.size
         self._xvfb = subprocess.Popen(
             ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp", "-nocursor",
-             "-dpi", "96", "+extension", "XTEST"],
+             "-dpi", "96", "+extension", "XTEST", "-noreset"],
             pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
             preexec_fn=_die_with_parent,
