@@ -144,9 +144,9 @@ class XvfbEnvironment:
         self._write_menu(wm_home / ".config" / "openbox" / "menu.xml")
         wm_env = {**self._env(session=False), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
                   "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
-        self._wm = subprocess.Popen(
+        self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
             ["openbox", "--config-file", str(_OPENBOX_RC)], env=wm_env,
-            stdout=subprocess.DEVNULL, stderr=self._log("openbox"), preexec_fn=_die_with_parent,
+            stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
         )
         self._wait_for_wm()
         import mss
