@@ -289,14 +289,13 @@ class Builder:
         except EnvError as exc:
             self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
             return "crash"
-        error, passed, sim, kind = got.error, got.suffix_passes, got.ssim, got.kind
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
-        _save_png(error, err_png)
-        self.log(f"  {cid}: {kind} (SSIM {sim:.4f}, remaining gt {'succeeds' if passed else 'fails'})")
+        _save_png(got.error, err_png)
+        self.log(f"  {cid}: {got.kind} (SSIM {got.ssim:.4f}, remaining gt {'succeeds' if got.suffix_passes else 'fails'})")
         return {"id": cid, "trajectory": traj.id, "t_seed": t_seed, "perturbation": p.name, "intent": p.intent,
-                "horizon": p.horizon, "kind": kind, "ssim": round(sim, 6), "suffix_passes": passed, "target_digest": _digest(target),
-                "error_digest": _digest(error), "error_png": str(err_png)}
+                "horizon": p.horizon, "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
+                "target_digest": _digest(target), "error_digest": _digest(got.error), "error_png": str(err_png)}
 
     # -- 5 ----------------------------------------------------------------------------------------
     def stage_final(self) -> None:

@@ -76,7 +76,7 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     targets, errors, verdicts = [], [], []
     for i in range(runs):
         replay(env, task, base_dir, prefix)
-        target = env.screenshot()
+        targets.append(target := env.screenshot())
         if expect_target is not None and (px := differing_pixels(target, expect_target, masks)) > tolerance:
             raise Rejected("target not reproduced", f"run {i + 1}: the target screen differs from the recorded "
                                                     f"one by {px} px")
@@ -85,7 +85,6 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         errors.append(env.screenshot())
         for action in suffix:
             env.execute(action)
-        targets.append(target)
         verdicts.append(evaluate(task.evaluator, env, base_dir).passed)
     worst = {name: max((differing_pixels(shots[0], s, masks) for s in shots[1:]), default=0)
              for name, shots in (("target", targets), ("error", errors))}
