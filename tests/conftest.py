@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_retrace.envs.procfs import read_environ
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ def retrace_processes(prefix: str) -> dict[int, str]:
         if not entry.name.isdigit():
             continue
         try:
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes()
+            environ = read_environ(int(entry.name))  # not a bare read: empty while a process execs
             stat = Path(f"/proc/{entry.name}/stat").read_text()
         except OSError:
             continue

@@ -37,6 +37,8 @@ from ..cases import CommandStep, FileStep, LaunchStep, Task
 from ..evaluators import CommandResult
 from ..settle import Rect, SettleConfig, wait_stable
 from . import EnvError
+from .keymap import Keymap
+from .procfs import tagged_pids
 
 GUEST_HOME = "/home/user"
 _TEMPLATE = Path(__file__).with_name("home-template")
@@ -68,8 +70,7 @@ _KEYSYMS = {
     "{": "braceleft", "}": "braceright", "|": "bar", "~": "asciitilde",
 } | {f"f{i}": f"F{i}" for i in range(1, 25)}
 _BUTTONS = {"left": "1", "middle": "2", "right": "3"}
-# xdotool needs time to remap a spare keycode for characters not on the keymap (é, €, 中): at a
-# shorter delay GTK drops them.
+# Between keys, as a person types; characters the keymap lacks go through keymap.py, not a delay.
 _TYPE_DELAY_MS = "25"
 
 
@@ -106,6 +107,7 @@ class XvfbEnvironment:
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._wm: subprocess.Popen[bytes] | None = None
         self._grabber = None
+        self._keymap: Keymap | None = None  # connected on the first character the keymap lacks
         self._use_ns = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -206,6 +208,8 @@ class XvfbEnvironment:
     def reset(self, task: Task, case_dir: Path) -> None:
         self._check_alive()
         self.kill_session()
+        if self._keymap is not None:
+            self._keymap.clear()  # safe now: no app is left that could still translate a bound key
         self._restore_home()
         # the pointer outlives apps: park it so hover effects never depend on the previous case
         self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
@@ -226,11 +230,13 @@ class XvfbEnvironment:
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait(timeout=10)
-            if self._grabber is not None:
-                try:
-                    self._grabber.close()
-                except Exception:  # the display is gone already; nothing left to release
-                    pass
+            for conn in (self._grabber, self._keymap):
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # the display is gone already; nothing left to release
+                        pass
+            self._grabber = self._keymap = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
 
@@ -281,18 +287,7 @@ class XvfbEnvironment:
 
     def session_pids(self) -> list[int]:
         """Every live process started for the current task (tagged RETRACE_SESSION=<tag>)."""
-        needle = f"RETRACE_SESSION={self.tag}".encode() + b"\0"
-        pids = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                    if needle in fh.read():
-                        pids.append(int(entry.name))
-            except OSError:
-                continue  # exited meanwhile, or a kernel thread
-        return pids
+        return tagged_pids(f"RETRACE_SESSION={self.tag}".encode() + b"\0")
 
     def kill_session(self, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
@@ -429,8 +424,13 @@ class XvfbEnvironment:
             for i, line in enumerate(action.text.split("\n")):
                 if i:
                     self._xdotool(["key", "Return"])
-                if line:
+                if line.isascii() and line.isprintable():
                     self._xdotool(["type", "--delay", _TYPE_DELAY_MS, "--", line])
+                elif line:
+                    if self._keymap is None:
+                        self._keymap = Keymap(self.display)
+                    self._keymap.type(line, lambda keys: self._xdotool(["key", "--delay", _TYPE_DELAY_MS, *keys]),
+                                      self.settle)
         elif not action.terminal:
             self._xdotool(self._xdotool_args(action))
         return self.settle()
