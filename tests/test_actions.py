@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -157,6 +158,12 @@ def test_unicode_text_preserved(text: str) -> None:
 def test_unicode_in_triple_quoted_string() -> None:
     code = 'pyautogui.write("""Grüße\nan € und 中""")'
     assert parse_pyautogui(code) == [Action("type", text="Grüße\nan € und 中")]
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x07", "\x00", "\x7f", "\x85"])
+def test_text_with_a_control_character_no_key_types_is_refused_by_name(char: str) -> None:
+    with pytest.raises(ActionError, match=re.escape(repr(char))):
+        parse_pyautogui(f"pyautogui.write({'ok' + char!r})")
 
 
 def test_invalid_escape_is_kept_literally() -> None:

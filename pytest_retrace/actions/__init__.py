@@ -62,6 +62,11 @@ _NAMED_KEYS = frozenset(
 )
 
 
+def _untypeable(char: str) -> bool:
+    """A control character other than the ones a keyboard types (Return, Tab)."""
+    return char not in "\n\r\t" and (ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0)
+
+
 class ActionError(ValueError):
     """An action that is not in the whitelist or has invalid arguments."""
 
@@ -116,6 +121,9 @@ class Action:
             raise ActionError("scroll needs a non-zero dx or dy")
         if self.kind == "type" and not isinstance(self.text, str):
             raise ActionError("type needs text")
+        if self.kind == "type" and (bad := next((c for c in self.text if _untypeable(c)), None)):
+            raise ActionError(f"type: the text holds the control character {bad!r}, which no key types "
+                              "(send keys such as 'esc' with key or hotkey)")
         if self.kind in ("key", "hotkey", "key_down", "key_up"):
             if not self.keys:
                 raise ActionError(f"{self.kind} needs at least one key")
