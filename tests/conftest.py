@@ -25,13 +25,8 @@ def retrace_processes(prefix: str) -> dict[int, str]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            environ = read_environ(int(entry.name))  # not a bare read: empty while a process execs
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-            continue  # a zombie holds no resources; its parent reaps it
+        # not a bare read (empty while a process execs); a zombie has none: it holds no resources
+        environ = read_environ(int(entry.name))
         for match in _TAG.finditer(environ):
             if match.group(1).decode(errors="replace").startswith(prefix):
                 cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

@@ -62,7 +62,7 @@ _NAMED_KEYS = frozenset(
 )
 
 
-def _untypeable(char: str) -> bool:
+def untypeable(char: str) -> bool:
     """A control character other than the ones a keyboard types (Return, Tab)."""
     return char not in "\n\r\t" and (ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0)
 
@@ -121,7 +121,7 @@ class Action:
             raise ActionError("scroll needs a non-zero dx or dy")
         if self.kind == "type" and not isinstance(self.text, str):
             raise ActionError("type needs text")
-        if self.kind == "type" and (bad := next((c for c in self.text if _untypeable(c)), None)):
+        if self.kind == "type" and (bad := next((c for c in self.text if untypeable(c)), None)):
             raise ActionError(f"type: the text holds the control character {bad!r}, which no key types "
                               "(send keys such as 'esc' with key or hotkey)")
         if self.kind in ("key", "hotkey", "key_down", "key_up"):

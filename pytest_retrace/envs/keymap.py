@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from Xlib import display as xdisplay
 
+from ..actions import untypeable
 from . import EnvError
 
 _CONTROL_KEYS = {"\t": "Tab", "\r": "Return"}
@@ -30,7 +31,7 @@ def key_name(char: str) -> str:
     """An xdotool key name that types exactly `char`."""
     if char in _CONTROL_KEYS:
         return _CONTROL_KEYS[char]
-    if ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0:
+    if untypeable(char):  # Action refuses these already; a direct caller gets an error, not a wrong key
         raise EnvError(f"cannot type the control character {char!r}")
     return f"U{ord(char):04X}"
 
@@ -49,16 +50,17 @@ class Keymap:
         self._present = {sym for syms in mapping for sym in syms if sym}
         self._spare = [lo + i for i, syms in enumerate(mapping) if not any(syms)]
         self._slots: dict[int, list[int]] = {}  # keycode -> its bound keysyms, in use
-        self._bound: set[int] = set()
 
     @property
     def free(self) -> int:
-        return 2 * len(self._spare) - len(self._bound)
+        return 2 * len(self._spare) - sum(map(len, self._slots.values()))
 
-    def missing(self, text: str) -> list[int]:
-        """Keysyms `text` needs that are neither on the keymap nor bound yet (in order, no repeats)."""
-        syms = [keysym(c) for c in text if c not in _CONTROL_KEYS]
-        return list(dict.fromkeys(s for s in syms if s not in self._present and s not in self._bound))
+    def _unbound(self, char: str) -> int | None:
+        """The keysym `char` needs bound, or None if the keymap already types it."""
+        if char in _CONTROL_KEYS:
+            return None
+        sym = keysym(char)
+        return None if sym in self._present or any(sym in s for s in self._slots.values()) else sym
 
     def bind(self, syms: list[int]) -> None:
         if len(syms) > self.free:
@@ -66,7 +68,6 @@ class Keymap:
         for sym in syms:
             code = next(c for c in self._spare if len(self._slots.get(c, [])) < 2)
             self._slots.setdefault(code, []).append(sym)
-            self._bound.add(sym)
             self._write(code, self._slots[code])
         self._dpy.sync()  # the server has the new mapping before any key that needs it is sent
 
@@ -77,7 +78,6 @@ class Keymap:
         for code in self._slots:
             self._write(code, [])
         self._slots.clear()
-        self._bound.clear()
         self._dpy.sync()
 
     def _write(self, code: int, syms: list[int]) -> None:
@@ -95,12 +95,14 @@ class Keymap:
         handled the keys that used the old bindings."""
         start = 0
         while start < len(text):
-            end, need = start, []
+            need: list[int] = []
+            end = start
             while end < len(text):
-                new = [s for s in self.missing(text[end]) if s not in need]
-                if len(need) + len(new) > self.free:
-                    break
-                need += new
+                sym = self._unbound(text[end])
+                if sym is not None and sym not in need:
+                    if len(need) == self.free:
+                        break
+                    need.append(sym)
                 end += 1
             if end == start:  # not even the next character fits
                 settle()

@@ -18,38 +18,28 @@ _PF_EXITING = 0x00000004  # include/linux/sched.h: dying, its address space may 
 _PF_KTHREAD = 0x00200000  # a kernel thread never has one
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _read(path: str) -> bytes | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode(errors="replace")
+        with open(path, "rb") as fh:
+            return fh.read()
     except OSError:
-        return None
-    # fields after "(comm)"; comm may contain spaces and parentheses, so split at the last ")"
-    return raw.rsplit(")", 1)[-1].split()
+        return None  # exited meanwhile, or not ours to read (another user's, or init's)
 
 
 def read_environ(pid: int, timeout: float = 5.0) -> bytes:
     """The process's environment block; b"" if it has none (kernel thread, zombie, gone)."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            return b""  # exited meanwhile
-        if data:
-            return data
-        fields = _stat_fields(pid)
+        data = _read(f"/proc/{pid}/environ")
+        if data != b"":
+            return data or b""
+        fields = (_read(f"/proc/{pid}/stat") or b"").decode(errors="replace").rsplit(")", 1)[-1].split()
         # after "(comm)": state is field 0, flags field 6, env_end field 47 (proc(5) numbers 3, 9, 50)
-        if fields is None or fields[0] in ("Z", "X") or int(fields[6]) & (_PF_EXITING | _PF_KTHREAD):
+        if not fields or fields[0] in ("Z", "X") or int(fields[6]) & (_PF_EXITING | _PF_KTHREAD):
             return b""
         if len(fields) > 47 and int(fields[47]) != 0:
             # exec has finished: this read is authoritative (an empty environment is legal: `env -i`)
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    return fh.read()
-            except OSError:
-                return b""
+            return _read(f"/proc/{pid}/environ") or b""
         if time.monotonic() > deadline:
             raise EnvError(f"process {pid} stayed inside execve for {timeout} s")
         time.sleep(0.001)
