@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_retrace.actions import Action, ActionError, normalize_key, parse_action
+from pytest_retrace.actions import MAX_TEXT_CHARS, Action, ActionError, normalize_key, parse_action
 from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_CODE_CHARS, parse_pyautogui
 
 # --- accepted forms ----------------------------------------------------------------------------------
@@ -368,8 +368,24 @@ def test_too_long_input() -> None:
 
 
 def test_long_but_allowed_input() -> None:
-    text = "a" * (MAX_CODE_CHARS - 100)
-    assert parse_pyautogui(f"pyautogui.write('{text}')") == [Action("type", text=text)]
+    text = "a" * MAX_TEXT_CHARS
+    lines = "\n".join([f"pyautogui.write('{text}')"] * ((MAX_CODE_CHARS - 100) // (len(text) + 20)))
+    assert len(lines) > MAX_CODE_CHARS // 2
+    assert parse_pyautogui(lines)[0] == Action("type", text=text)
+
+
+@pytest.mark.parametrize(("code", "fragment"), [
+    ("pyautogui.write('" + "a" * (MAX_TEXT_CHARS + 1) + "')", "at most 2000 characters"),
+    ("pyautogui.scroll(100000)", "dy must be an integer in -100..100"),
+    ("pyautogui.hscroll(-101)", "dx must be an integer in -100..100"),
+    ("pyautogui.press('a', presses=101)", "presses must be an integer in 1..100"),
+    ("pyautogui.press(['a', 'b', 'c'], presses=40)", "over the limit of 100 key presses"),
+    ("pyautogui.sleep(61)", "seconds must be in 0..60"),
+    ("pyautogui.hotkey(" + ", ".join(["'a'"] * 17) + ")", "at most 16 keys"),
+])
+def test_magnitudes_are_capped_where_parsed(code: str, fragment: str) -> None:
+    with pytest.raises(ActionError, match=re.escape(fragment)):
+        parse_pyautogui(code)
 
 
 def test_too_many_actions() -> None:

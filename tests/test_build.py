@@ -52,11 +52,11 @@ def test_scripted_rollouts_are_normalised_or_dropped_with_a_reason(tmp_path: Pat
 
 def test_agent_rollout_through_the_agent_protocol(env: XvfbEnvironment, tmp_path: Path) -> None:
     task = Task.model_validate(TASK)
-    traj = rollout_agent(env, task, ScriptAgent(GOOD), tmp_path, shots_dir=tmp_path / "shots")
+    traj = rollout_agent(env, task, ScriptAgent.of(GOOD), tmp_path, shots_dir=tmp_path / "shots")
     assert not isinstance(traj, Dropped), traj
     assert [s.action.text for s in traj.steps] == ["mkdir -p ~/out && cd ~/out && clear\n", "echo x > x.txt && clear\n"]
     assert all(Path(s.screenshot).is_file() for s in traj.steps)
-    failed = rollout_agent(env, task, ScriptAgent(GOOD[:1]), tmp_path)
+    failed = rollout_agent(env, task, ScriptAgent.of(GOOD[:1]), tmp_path)
     assert isinstance(failed, Dropped) and "unsuccessful rollout" in failed.reason
 
 

@@ -8,6 +8,7 @@ execute :class:`Action` values, so nothing a model writes is ever executed as co
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ ActionKind = Literal[
     "scroll",  # dy > 0 scrolls up (pyautogui convention), dx > 0 right; at (x, y) if given
     "type",  # text, any Unicode
     "key",  # press (and release) each key in `keys` in turn, `presses` times
-    "hotkey",  # hold keys[:-1], press keys[-1]: a chord like ctrl+s
+    "hotkey",  # hold keys[:-1], press keys[-1]: a chord like ctrl+s (held for `seconds` if given)
     "key_down",
     "key_up",
     "wait",  # seconds
@@ -35,7 +36,25 @@ KEY_ALIASES: dict[str, str] = {
     "return": "enter",
     "escape": "esc",
     "control": "ctrl",
+    # X keysym names (Claude's key syntax): the left keys are the generic ones, as xdotool types them
     "ctrl_l": "ctrl",
+    "ctrl_r": "ctrlright",
+    "control_l": "ctrl",
+    "control_r": "ctrlright",
+    "shift_l": "shift",
+    "shift_r": "shiftright",
+    "alt_l": "alt",
+    "alt_r": "altright",
+    "super_l": "win",
+    "super_r": "winright",
+    "windows": "win",
+    "kp_enter": "enter",
+    "prior": "pageup",
+    "next": "pagedown",
+    "caps_lock": "capslock",
+    "num_lock": "numlock",
+    "scroll_lock": "scrolllock",
+    "print": "printscreen",
     "cmd": "win",
     "command": "win",
     "super": "win",
@@ -60,6 +79,18 @@ _NAMED_KEYS = frozenset(
     ctrlleft ctrlright shiftleft shiftright altleft altright winleft winright""".split()
     + [f"f{i}" for i in range(1, 25)]
 )
+
+
+# Caps on what one action may ask, so that every accepted action finishes well inside an environment's
+# own time limits (xvfb types 40 characters a second and scrolls 30 wheel clicks a second). Models are
+# untrusted: a reply asking for more is an invalid action, the agent's failure, never a hung desktop.
+MAX_TEXT_CHARS = 2000  # characters typed by one action (~50 s at xvfb's typing speed)
+MAX_SCROLL = 100  # wheel clicks per axis in one action
+MAX_KEYS = 16  # keys named in one action
+MAX_PRESSES = 100  # key presses in one action (presses x keys)
+MAX_WAIT = 60.0  # seconds one wait action may ask
+MAX_HOLD = 10.0  # seconds a chord may be held (Claude's hold_key)
+POINTER_KINDS = frozenset({"click", "move", "drag", "mouse_down", "mouse_up", "scroll"})
 
 
 def untypeable(char: str) -> bool:
@@ -98,7 +129,8 @@ class Action:
     text: str = ""
     keys: tuple[str, ...] = ()
     presses: int = 1
-    seconds: float = 0.0
+    seconds: float = 0.0  # wait: how long; hotkey: how long the chord is held
+    hold: tuple[str, ...] = ()  # keys held down during a pointer action (shift+click); released after
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
@@ -119,8 +151,8 @@ class Action:
             raise ActionError("drag needs x2 and y2 (the release point)")
         if self.kind == "scroll" and not (self.dx or self.dy):
             raise ActionError("scroll needs a non-zero dx or dy")
-        if self.kind == "type" and not isinstance(self.text, str):
-            raise ActionError("type needs text")
+        if not isinstance(self.text, str) or (self.text and self.kind != "type"):
+            raise ActionError(f"{self.kind}: text is a string, and only for type")
         if self.kind == "type" and (bad := next((c for c in self.text if untypeable(c)), None)):
             raise ActionError(f"type: the text holds the control character {bad!r}, which no key types "
                               "(send keys such as 'esc' with key or hotkey)")
@@ -128,10 +160,31 @@ class Action:
             if not self.keys:
                 raise ActionError(f"{self.kind} needs at least one key")
             object.__setattr__(self, "keys", tuple(normalize_key(k) for k in self.keys))
-        if not isinstance(self.presses, int) or not 1 <= self.presses <= 100:
-            raise ActionError(f"{self.kind}: presses must be an integer in 1..100, got {self.presses!r}")
-        if not 0 <= float(self.seconds) <= 60:
-            raise ActionError(f"{self.kind}: seconds must be in 0..60, got {self.seconds!r}")
+        elif self.keys:
+            raise ActionError(f"{self.kind}: keys are only for key, hotkey, key_down and key_up (held keys go in hold)")
+        if self.hold:
+            if self.kind not in POINTER_KINDS:
+                raise ActionError(f"{self.kind}: hold (keys held down) is only for mouse actions")
+            object.__setattr__(self, "hold", tuple(normalize_key(k) for k in self.hold))
+        if len(self.keys) + len(self.hold) > MAX_KEYS:
+            raise ActionError(f"{self.kind}: at most {MAX_KEYS} keys per action, got {len(self.keys) + len(self.hold)}")
+        if isinstance(self.presses, bool) or not isinstance(self.presses, int) or not 1 <= self.presses <= MAX_PRESSES:
+            raise ActionError(f"{self.kind}: presses must be an integer in 1..{MAX_PRESSES}, got {self.presses!r}")
+        if self.presses * max(1, len(self.keys)) > MAX_PRESSES:
+            raise ActionError(f"{self.kind}: {self.presses} presses of {len(self.keys)} keys is over the limit of "
+                              f"{MAX_PRESSES} key presses per action")
+        if len(self.text) > MAX_TEXT_CHARS:
+            raise ActionError(f"{self.kind}: at most {MAX_TEXT_CHARS} characters per action, got {len(self.text)}")
+        for name in ("dx", "dy"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_SCROLL:
+                raise ActionError(f"{self.kind}: {name} must be an integer in -{MAX_SCROLL}..{MAX_SCROLL}, got {value!r}")
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) or not math.isfinite(self.seconds):
+            raise ActionError(f"{self.kind}: seconds must be a finite number, got {self.seconds!r}")
+        limit = {"wait": MAX_WAIT, "hotkey": MAX_HOLD}.get(self.kind, 0.0)
+        if not 0 <= self.seconds <= limit:
+            what = "only for wait and hotkey" if limit == 0 else f"in 0..{limit:g}"
+            raise ActionError(f"{self.kind}: seconds must be {what}, got {self.seconds!r}")
 
     @property
     def terminal(self) -> bool:
@@ -158,9 +211,10 @@ class Action:
         if extra:
             raise ActionError(f"{data['action']}: unknown field(s) {', '.join(sorted(extra))}")
         kwargs = {k: v for k, v in data.items() if k != "action"}
-        if "keys" in kwargs:
-            keys = kwargs["keys"]
-            kwargs["keys"] = tuple([keys] if isinstance(keys, str) else keys)
+        for name in ("keys", "hold"):
+            if name in kwargs:
+                keys = kwargs[name]
+                kwargs[name] = tuple([keys] if isinstance(keys, str) else keys)
         return cls(kind=data["action"], **kwargs)
 
     def describe(self) -> str:
@@ -168,6 +222,15 @@ class Action:
         d = self.to_dict()
         kind = d.pop("action")
         return kind + ("(" + ", ".join(f"{k}={v!r}" for k, v in d.items()) + ")" if d else "")
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """A model's reply read by one of the dialect parsers: its reasoning text and its actions, with
+    coordinates still in the model's own coordinate space (the adapter scales them to the screen)."""
+
+    rationale: str
+    actions: list[Action]
 
 
 def parse_action(value: Any) -> list[Action]:
@@ -181,4 +244,4 @@ def parse_action(value: Any) -> list[Action]:
     raise ActionError(f"an action must be a mapping or a pyautogui code string, got {type(value).__name__}")
 
 
-__all__ = ["Action", "ActionError", "ActionKind", "ACTION_KINDS", "normalize_key", "parse_action"]
+__all__ = ["Action", "ActionError", "ActionKind", "ACTION_KINDS", "ParsedReply", "normalize_key", "parse_action"]

@@ -1,14 +1,24 @@
 """Scripted baselines that need no API key. They calibrate the benchmark on every run:
 ``noop`` must score 0 % (every case's error is real), ``oracle`` 100 % (every target is reachable and
-the oracle judges it recovered), ``undo`` somewhere in between."""
+the oracle judges it recovered), ``undo`` somewhere in between. ``script`` plays fixed actions: a stand-in
+model for agent rollouts and for tests of the protocol (its actions are parsed as a model's are, turn by
+turn, so a bad one is an invalid step, not a crash)."""
 
 from __future__ import annotations
 
-from ..actions import Action
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..actions import Action, ActionError, parse_action
 from ..oracle import differing_pixels
-from . import AgentTurn, Observation, RecoveryContext
+from . import AgentContext, AgentTurn, ModelConfig, Observation, parse_options
 
 _DONE = Action("done")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 class NoopAgent:
@@ -16,8 +26,13 @@ class NoopAgent:
 
     name = "noop"
     privileged = False
+    calls_per_turn = 0
 
-    def start(self, context: RecoveryContext) -> None:
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        if config is not None:
+            parse_options(_Options, config)
+
+    def start(self, context: AgentContext) -> None:
         pass
 
     def act(self, observation: Observation) -> AgentTurn:
@@ -25,6 +40,10 @@ class NoopAgent:
 
     def close(self) -> None:
         pass
+
+
+class _UndoOptions(_Options):
+    keys: list[str] = ["ctrl", "z"]
 
 
 class UndoAgent:
@@ -36,13 +55,15 @@ class UndoAgent:
 
     name = "undo"
     privileged = False
+    calls_per_turn = 0
 
-    def __init__(self, keys: list[str] | None = None) -> None:
-        self.keys = tuple(keys or ["ctrl", "z"])
-        self._ctx: RecoveryContext | None = None
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        opts = parse_options(_UndoOptions, config) if config is not None else _UndoOptions()
+        self.keys = tuple(opts.keys)
+        self._ctx: AgentContext | None = None
         self._last: Observation | None = None
 
-    def start(self, context: RecoveryContext) -> None:
+    def start(self, context: AgentContext) -> None:
         self._ctx, self._last = context, None
 
     def act(self, observation: Observation) -> AgentTurn:
@@ -70,8 +91,13 @@ class OracleAgent:
 
     name = "oracle"
     privileged = True
+    calls_per_turn = 0
 
-    def start(self, context: RecoveryContext) -> None:
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        if config is not None:
+            parse_options(_Options, config)
+
+    def start(self, context: AgentContext) -> None:
         if context.restore_target is None:
             raise RuntimeError("the oracle baseline needs the harness's restore_target hook")
         self._ctx = context
@@ -85,27 +111,39 @@ class OracleAgent:
         pass
 
 
+class _ScriptOptions(_Options):
+    actions: list[Any] = []  # one turn each: an action mapping, or pyautogui code (which may hold several)
+
+
 class ScriptAgent:
-    """Plays a fixed list of actions, one per step, then declares done: a stand-in forward policy for
-    agent rollouts (``retrace build --agent``) and for tests of the Agent protocol."""
+    """Plays a fixed list of turns, then declares done. Each turn is parsed when it is played, exactly like a
+    model's reply: an entry outside the whitelist or over the caps is an invalid step, never an exception."""
 
     name = "script"
     privileged = False
+    calls_per_turn = 0
 
-    def __init__(self, actions: list[object] | None = None) -> None:
-        from ..actions import parse_action
-
-        self.actions = [a for item in (actions or []) for a in parse_action(item)]
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        opts = parse_options(_ScriptOptions, config) if config is not None else _ScriptOptions()
+        self.turns = list(opts.actions)
         self._next = 0
 
-    def start(self, context: RecoveryContext) -> None:
+    @classmethod
+    def of(cls, turns: list[Any]) -> ScriptAgent:
+        return cls(ModelConfig("script", "script", options={"actions": turns}))
+
+    def start(self, context: AgentContext) -> None:
         self._next = 0
 
     def act(self, observation: Observation) -> AgentTurn:
-        if self._next >= len(self.actions):
+        if self._next >= len(self.turns):
             return AgentTurn([_DONE], "script finished")
         self._next += 1
-        return AgentTurn([self.actions[self._next - 1]], f"scripted step {self._next}")
+        try:
+            actions = parse_action(self.turns[self._next - 1])
+        except ActionError as exc:
+            return AgentTurn([], f"scripted step {self._next}", invalid=str(exc))
+        return AgentTurn(actions, f"scripted step {self._next}")
 
     def close(self) -> None:
         pass
