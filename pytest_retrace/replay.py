@@ -1,11 +1,13 @@
 """Goal-oriented action replay of one recovery case (paper section 5.2).
 
-reset → gt[0:t_seed] → verify s_target (SSIM vs the recorded target) → perturbation → verify s_error
-→ the agent acts for at most r turns → recovered screenshot → R_O → gt[t_seed:] → Φ → R_TC.
+reset → gt[0:t_seed] → verify s_target → perturbation → verify s_error → the agent acts (at most r actions)
+→ recovered screenshot → R_O → gt[t_seed:] → Φ → R_TC.
 
-Anything that goes wrong in the harness, the environment or the agent's transport raises
-:class:`InfraError`, which the plugin reports as a pytest *error* and leaves out of every rate:
-a crashed desktop must never count as an agent that failed to recover.
+Who is to blame decides how a problem counts, and an agent must never be able to change its own n:
+- the harness, the environment, a ground-truth replay that desyncs, the model's API down after retries:
+  :class:`InfraError`, reported as a pytest *error* and left out of every rate;
+- everything the agent does — a reply that does not parse (after one re-ask), an action the desktop
+  cannot complete, an exception from its ``act`` — is recorded and scored as the agent's failure.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .actions import Action
-from .agents import Agent, AgentError, HistoryStep, Observation, RecoveryContext, Strategy
+from .agents import Agent, AgentInfraError, HistoryStep, Observation, Usage
 from .cases import RecoveryCase, load_png
-from .envs import EnvError, Environment
+from .envs import ActionFailed, EnvError, Environment
 from .evaluators import Evaluation, evaluate
 from .oracle import ScreenDiff, differing_pixels, screen_diff, ssim
+from .strategies import Contextualizer, build_context
+
+if TYPE_CHECKING:
+    from .verifier import StateVerifier
 
 
 class InfraError(Exception):
@@ -36,11 +42,19 @@ class InfraError(Exception):
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    budget: int = 10  # r
+    budget: int = 10  # r: actions the agent may take
+    strategy: str = "implicit"
     ssim_threshold: float = 0.99
     attempts: int = 3  # tries to reconstruct s_target and s_error before declaring an infra error
     verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
-    strategy: Strategy = "implicit"
+    contextualizer: Contextualizer | None = None  # explicit-context's summariser
+    verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel
+
+    @property
+    def max_turns(self) -> int:
+        """Model turns per case. Turns that only look (a screenshot or zoom request) use no budget, so the
+        budget alone would not bound the calls; 2r + 2 leaves room to look before most actions."""
+        return 2 * self.budget + 2
 
 
 @dataclass
@@ -49,12 +63,14 @@ class StepLog:
     action: dict[str, Any]
     settle: float
     rationale: str = ""
+    error: str | None = None  # why this action failed (an invalid reply, an action the desktop refused)
 
 
 @dataclass
 class RecoveryResult:
     case_id: str
     ssim_threshold: float
+    budget: int = 0
     ssim: float | None = None
     r_o: bool | None = None
     r_tc: bool | None = None
@@ -63,6 +79,14 @@ class RecoveryResult:
     suffix_len: int = 0
     attempts: int = 0
     agent_turns: int = 0
+    actions_used: int = 0  # of the budget: executed actions, failed actions and invalid replies
+    invalid_steps: int = 0  # replies that did not parse even after a re-ask
+    failed_actions: int = 0  # actions the desktop could not complete
+    cut_actions: int = 0  # actions of a turn dropped because the budget ran out
+    agent_failure: str | None = None  # an exception from the agent's own code (scored, not an error)
+    reconstruction: dict[str, str] = field(default_factory=dict)  # state -> "pixels" | "verifier: ..."
+    usage: Usage = field(default_factory=Usage)  # the agent's model calls
+    context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls
     steps: list[StepLog] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     recovered_screenshot: np.ndarray | None = field(default=None, repr=False)
@@ -96,20 +120,44 @@ def _timed(result: RecoveryResult, stage: str) -> Iterator[None]:
 
 def _run_actions(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
                  history: list[HistoryStep] | None = None) -> None:
+    """Replay ground-truth actions: any failure here is the harness's (a desync), never the agent's."""
     for action in actions:
         before = env.screenshot() if history is not None else None
         try:
             settle = env.execute(action)
         except EnvError as exc:
-            raise InfraError(stage, f"{action.describe()}: {exc}") from exc
+            raise InfraError(stage, f"{action.describe()}: {exc}", kind="desync" if isinstance(exc, ActionFailed)
+                             else "env") from exc
         result.steps.append(StepLog(stage, action.to_dict(), round(settle, 4)))
         if history is not None:
             history.append(HistoryStep(before, action))
 
 
+def _matches(env: Environment, shot: np.ndarray, expected: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
+             result: RecoveryResult, state: str) -> tuple[bool, str]:
+    """Is the reconstructed `state` the recorded one? Pixel for pixel, or else by the LLM verifier if one is
+    configured (for environments that cannot reproduce a screen exactly)."""
+    off = differing_pixels(shot, expected, case.masks)
+    if off <= opts.verify_tolerance:
+        result.reconstruction[state] = "pixels"
+        return True, ""
+    problem = f"{state} state off by {off} px (SSIM {ssim(shot, expected, case.masks):.4f})"
+    if opts.verifier is None:
+        return False, problem
+    try:
+        same, reason, usage = opts.verifier.same_state(expected, shot, state)
+    except AgentInfraError as exc:
+        raise InfraError("verify", f"state verifier: {exc}", kind=exc.kind) from exc
+    result.context_usage.add(usage)
+    if same:
+        result.reconstruction[state] = f"verifier ({off} px differ): {reason}"
+        return True, ""
+    return False, f"{problem}; the verifier says different: {reason}"
+
+
 def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
                 history: list[HistoryStep] | None = None, with_error: bool = True) -> None:
-    """Drive a fresh environment to s_target (and on to s_error), verified by SSIM; retried."""
+    """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times."""
     target, error = load_png(case.target_png), load_png(case.error_png)
     problems: list[str] = []
     for attempt in range(1, opts.attempts + 1):
@@ -124,21 +172,19 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with _timed(result, "prefix"):
             _run_actions(env, case.prefix, "prefix", result, history)
         with _timed(result, "verify"):
-            shot = env.screenshot()
-            off = differing_pixels(shot, target, case.masks)
-        if off > opts.verify_tolerance:
-            problems.append(f"attempt {attempt}: target state off by {off} px (SSIM {ssim(shot, target, case.masks):.4f})")
+            ok, problem = _matches(env, env.screenshot(), target, case, opts, result, "target")
+        if not ok:
+            problems.append(f"attempt {attempt}: {problem}")
             continue
         if not with_error:
             return
         with _timed(result, "perturb"):
             _run_actions(env, case.perturbation, "perturb", result, history)
         with _timed(result, "verify"):
-            shot = env.screenshot()
-            off = differing_pixels(shot, error, case.masks)
-        if off <= opts.verify_tolerance:
+            ok, problem = _matches(env, env.screenshot(), error, case, opts, result, "error")
+        if ok:
             return
-        problems.append(f"attempt {attempt}: error state off by {off} px (SSIM {ssim(shot, error, case.masks):.4f})")
+        problems.append(f"attempt {attempt}: {problem}")
     raise InfraError(
         "reconstruct",
         f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
@@ -148,7 +194,7 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
 
 def run_case(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions) -> RecoveryResult:
     """Run one case end to end. Never raises for infra failures: they land in ``result.error``."""
-    result = RecoveryResult(case.id, opts.ssim_threshold)
+    result = RecoveryResult(case.id, opts.ssim_threshold, budget=opts.budget)
     start = time.monotonic()
     try:
         _run(env, case, agent, opts, result)
@@ -170,15 +216,17 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     target = load_png(case.target_png)
     result.target_screenshot = target
 
-    def restore_target() -> None:
+    with _timed(result, "context"):
+        try:
+            context, usage = build_context(opts.strategy, instruction=case.task.instruction, budget=opts.budget,
+                                           screen=tuple(env.size), history=history, t_seed=case.t_seed,
+                                           target=target, contextualizer=opts.contextualizer)
+        except AgentInfraError as exc:
+            raise InfraError("context", f"contextualizer: {exc}", kind=exc.kind) from exc
+        result.context_usage.add(usage)
+    if agent.privileged:
         # the oracle's "ideal recovery": the very replay used to build s_target, verified the same way
-        reconstruct(env, case, opts, result, with_error=False)
-
-    context = RecoveryContext(
-        instruction=case.task.instruction, strategy=opts.strategy, budget=opts.budget, history=history,
-        t_seed=case.t_seed, target_screenshot=target if opts.strategy == "explicit" else None,
-        ssim_threshold=opts.ssim_threshold, restore_target=restore_target if agent.privileged else None,
-    )
+        context.restore_target = lambda: reconstruct(env, case, opts, result, with_error=False)
     with _timed(result, "recover"):
         _recover(env, agent, context, opts, result)
     with _timed(result, "observe"):
@@ -198,27 +246,59 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     result.r_tc = result.evaluation.passed
 
 
-def _recover(env: Environment, agent: Agent, context: RecoveryContext, opts: ReplayOptions,
-             result: RecoveryResult) -> None:
+def _recover(env: Environment, agent: Agent, context: Any, opts: ReplayOptions, result: RecoveryResult) -> None:
+    """Let the agent act. The budget counts actions (the paper's steps): executed ones, ones the desktop
+    refused and invalid replies; a turn that would exceed it is cut, and the result says how much."""
     try:
         agent.start(context)
-    except AgentError as exc:
-        raise InfraError("agent", str(exc), kind="agent") from exc
-    for turn_no in range(opts.budget):
-        observation = Observation(env.screenshot(), turn_no)
+    except AgentInfraError as exc:
+        raise InfraError("agent", str(exc), kind=exc.kind) from exc
+    except Exception as exc:  # the agent's own code failed: its failure to recover, scored
+        result.agent_failure = f"start: {type(exc).__name__}: {exc}"
+        return
+    executed: int | None = None
+    failure: str | None = None
+    for turn_no in range(opts.max_turns):
+        if result.actions_used >= opts.budget:
+            return
+        try:
+            cursor = env.cursor_position()
+        except EnvError:
+            cursor = None  # nice to have for the model, never worth failing a case
+        observation = Observation(env.screenshot(), turn_no, opts.budget - result.actions_used, cursor, executed,
+                                  failure)
         try:
             turn = agent.act(observation)
-        except AgentError as exc:
-            raise InfraError("agent", f"turn {turn_no}: {exc}", kind="agent") from exc
+        except AgentInfraError as exc:
+            raise InfraError("agent", f"turn {turn_no}: {exc}", kind=exc.kind) from exc
+        except Exception as exc:
+            result.agent_failure = f"turn {turn_no}: {type(exc).__name__}: {exc}"
+            return
         result.agent_turns = turn_no + 1
-        for action in turn.actions:
+        result.usage.add(turn.usage)
+        executed, failure = 0, None
+        if turn.invalid is not None:
+            result.actions_used += 1
+            result.invalid_steps += 1
+            result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, turn.invalid))
+            failure = f"invalid reply: {turn.invalid}"
+            continue
+        for i, action in enumerate(turn.actions):
             if action.terminal:
                 result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale))
                 return
+            if result.actions_used >= opts.budget:
+                result.cut_actions += sum(not a.terminal for a in turn.actions[i:])
+                return
+            result.actions_used += 1
             try:
                 settle = env.execute(action)
+            except ActionFailed as exc:  # the desktop is fine; what the agent asked could not be done
+                result.failed_actions += 1
+                result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
+                failure = f"{action.describe()} failed: {exc}"
+                break
             except EnvError as exc:
                 raise InfraError("recover", f"{action.describe()}: {exc}") from exc
+            executed += 1
             result.steps.append(StepLog("recover", action.to_dict(), round(settle, 4), turn.rationale))
-        if not turn.actions:
-            return  # an agent that proposes nothing has finished

@@ -8,6 +8,13 @@ statements that call ``pyautogui.<fn>(...)`` or ``time.sleep(n)`` with literal a
 already checked to be plain literals.
 
 The OSWorld special strings ``WAIT``, ``DONE`` and ``FAIL`` (as the whole code) map to wait / done / fail.
+
+Numbers are bounded where they are read (:data:`MAX_NUMBER`): a literal such as ``0xfff...`` with thousands
+of digits would otherwise overflow ``float()`` or exceed Python's int-to-str limit in an error message, and
+only :class:`ActionError` may leave a parser.
+
+:func:`parse_pyautogui_reply` reads a whole model reply in the EvoCUA / OSWorld style: prose plus the code
+in fenced blocks.
 """
 
 from __future__ import annotations
@@ -20,10 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ACTION_KINDS, Action, ActionError
+from . import ACTION_KINDS, Action, ActionError, ParsedReply
 
 MAX_CODE_CHARS = 20_000  # agents emit a few lines; anything bigger is a mistake or an abuse attempt
 MAX_ACTIONS = 200  # bounds the work an environment does for one model reply
+MAX_REPLY_CHARS = 100_000  # a whole model reply (reasoning included) read by a dialect parser
+# Largest magnitude of any number a model may write: far beyond any coordinate, duration or count, and
+# small enough that scaling it, converting it to float or printing it can never overflow.
+MAX_NUMBER = 10**9
 
 _ALLOWED_IMPORTS = frozenset({"pyautogui", "time"})
 _SPECIAL = {"WAIT": Action("wait", seconds=1.0), "DONE": Action("done"), "FAIL": Action("fail")}
@@ -74,12 +85,19 @@ def _describe(node: ast.expr) -> str:
     return f"an expression of type {type(node).__name__}"
 
 
+def _bounded(value: Any, what: str) -> Any:
+    """`value`, unless it is an integer too large to convert to float or print (checked without either)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+        raise ActionError(f"{what} is too large (magnitude over {MAX_NUMBER})")
+    return value
+
+
 def _literal(node: ast.expr, what: str) -> Any:
     """Evaluate an argument node that is a scalar literal or a flat list/tuple of them (returned as list)."""
     if _is_scalar(node):
-        return ast.literal_eval(node)
+        return _bounded(ast.literal_eval(node), what)
     if isinstance(node, (ast.List, ast.Tuple)) and all(_is_scalar(e) for e in node.elts):
-        return list(ast.literal_eval(node))
+        return [_bounded(v, what) for v in ast.literal_eval(node)]
     hint = " (variables are not allowed)" if isinstance(node, ast.Name) else ""
     raise ActionError(
         f"{what} must be a literal (number, string, list, True/False/None), got {_describe(node)}{hint}"
@@ -90,7 +108,10 @@ def _literal(node: ast.expr, what: str) -> Any:
 
 
 def _number(value: Any, what: str) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ActionError(f"{what} must be a finite number, got {value!r}")
+    _bounded(value, what)  # an int too large for math.isfinite (OverflowError) or repr (ValueError)
+    if not math.isfinite(value):
         raise ActionError(f"{what} must be a finite number, got {value!r}")
     return value
 
@@ -98,7 +119,10 @@ def _number(value: Any, what: str) -> float | int:
 def _coord(value: Any, what: str) -> int | None:
     if value is None:
         return None
-    rounded = round(_number(value, what))
+    number = _number(value, what)
+    if abs(number) > MAX_NUMBER:  # a float like 1e308: round() would make a 309-digit int
+        raise ActionError(f"{what} is too large (magnitude over {MAX_NUMBER}), got {value!r}")
+    rounded = round(number)
     if rounded < 0:
         raise ActionError(f"{what} must be a non-negative number, got {value!r}")
     return rounded
@@ -117,7 +141,7 @@ def _point(args: Args) -> tuple[int | None, int | None]:
 def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ActionError(f"{what} must be an integer, got {value!r}")
-    return value
+    return _bounded(value, what)
 
 
 def _button(value: Any) -> str:
@@ -260,8 +284,15 @@ _MODULES: dict[str, dict[str, _Spec]] = {"pyautogui": _PYAUTOGUI, "time": _TIME}
 # --- statements --------------------------------------------------------------------------------------
 
 
+_CALLEE_NODES = 40  # ast.unparse recurses: a callee larger than this is described, not printed
+
+
 def _callee(func: ast.expr) -> str:
     """Readable name of what is being called, for error messages (never evaluated)."""
+    # ast.walk is iterative; counting its nodes first keeps `a.a.a....a()` (thousands deep, which ast.parse
+    # accepts) from exhausting the stack inside ast.unparse.
+    if sum(1 for _ in zip(range(_CALLEE_NODES + 1), ast.walk(func))) > _CALLEE_NODES:
+        return f"a long {type(func).__name__.lower()} expression"
     text = ast.unparse(func)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -377,7 +408,100 @@ def parse_pyautogui(code: str) -> list[Action]:
     return actions
 
 
-__all__ = ["MAX_ACTIONS", "MAX_CODE_CHARS", "parse_pyautogui"]
+# --- whole replies: prose plus fenced code (EvoCUA / OSWorld) -------------------------------------------
+
+_FENCE = "```"
+_INFO_STRING = re.compile(r"[A-Za-z0-9_+.#-]*")  # the language tag after an opening fence: python, py ...
+_LINE_PREFIX = re.compile(r"^line (\d+): ")
+
+
+def _fenced_blocks(text: str) -> tuple[list[tuple[int, str]], str]:
+    """The code of each fenced block with the reply line its code starts on, and the text outside blocks.
+
+    Scans with str.find (linear even for a reply full of unmatched fences). A block's first line is a
+    language tag only if it is a bare word; ```` ```pyautogui.click(1, 2)``` ```` is code. An unclosed
+    last fence runs to the end of the reply (replies are often cut at a stop sequence).
+    """
+    blocks: list[tuple[int, str]] = []
+    outside: list[str] = []
+    pos, line = 0, 1
+    while (start := text.find(_FENCE, pos)) != -1:
+        outside.append(text[pos:start])
+        body_start = start + len(_FENCE)
+        line += text.count("\n", pos, body_start)
+        end = text.find(_FENCE, body_start)
+        body = text[body_start:] if end == -1 else text[body_start:end]
+        first, newline, rest = body.partition("\n")
+        code, code_line = body, line
+        if newline and _INFO_STRING.fullmatch(first.strip()) and first.strip() not in _SPECIAL:
+            code, code_line = rest, line + 1
+        blocks.append((code_line, code))
+        pos = len(text) if end == -1 else end + len(_FENCE)
+        line += text.count("\n", body_start, pos)
+    outside.append(text[pos:])
+    return blocks, "".join(outside)
+
+
+def _parse_at(code: str, first_line: int) -> list[Action]:
+    """parse_pyautogui, with its error's line number counted in the reply rather than in `code`."""
+    try:
+        return parse_pyautogui(code)
+    except ActionError as exc:
+        message = str(exc)
+        match = _LINE_PREFIX.match(message)
+        if match is None:
+            raise ActionError(f"line {first_line}: {message}") from None
+        line = first_line + int(match.group(1)) - 1
+        raise ActionError(f"line {line}: {message[match.end():]}") from None
+
+
+def parse_pyautogui_reply(text: str) -> ParsedReply:
+    """Parse a whole reply: prose plus pyautogui code in fenced blocks, or a WAIT / DONE / FAIL line.
+
+    The code of all blocks is parsed, in order, by :func:`parse_pyautogui`; a line that is exactly
+    WAIT / DONE / FAIL inside a block is that action (so ```` ```DONE``` ```` after a block of clicks works).
+    Without any block, the reply (stripped) or its last non-empty line must be WAIT / DONE / FAIL.
+    The rationale is the text outside the blocks.  Errors name the line of the reply.
+    """
+    if not isinstance(text, str):
+        raise ActionError(f"a model reply must be a string, got {type(text).__name__}")
+    if len(text) > MAX_REPLY_CHARS:
+        raise ActionError(f"the reply is too long ({len(text)} characters, limit {MAX_REPLY_CHARS})")
+    blocks, outside = _fenced_blocks(text)
+    if not blocks:
+        lines = text.strip().split("\n")
+        special = _SPECIAL.get(lines[-1].strip())
+        if special is None:
+            raise ActionError(
+                "no pyautogui code block (```python ... ```) in the reply, and its last line is not "
+                "WAIT, DONE or FAIL"
+            )
+        return ParsedReply("\n".join(lines[:-1]).strip(), [special])
+    total = sum(len(code) for _, code in blocks)
+    if total > MAX_CODE_CHARS:
+        raise ActionError(f"pyautogui code is too long ({total} characters, limit {MAX_CODE_CHARS})")
+    actions: list[Action] = []
+    for first_line, code in blocks:
+        segment: list[str] = []
+        segment_line = first_line
+        for offset, line in enumerate(code.split("\n")):
+            special = _SPECIAL.get(line.strip())
+            if special is None:
+                segment.append(line)
+                continue
+            actions += _parse_at("\n".join(segment), segment_line)
+            actions.append(special)
+            segment, segment_line = [], first_line + offset + 1
+            if len(actions) > MAX_ACTIONS:
+                raise ActionError(f"line {first_line + offset}: too many actions (limit {MAX_ACTIONS})")
+        actions += _parse_at("\n".join(segment), segment_line)
+        if len(actions) > MAX_ACTIONS:
+            raise ActionError(f"line {first_line}: too many actions (limit {MAX_ACTIONS})")
+    return ParsedReply(outside.strip(), actions)
+
+
+__all__ = ["MAX_ACTIONS", "MAX_CODE_CHARS", "MAX_NUMBER", "MAX_REPLY_CHARS", "parse_pyautogui",
+           "parse_pyautogui_reply"]
 
 
 # --- rendering: Action -> pyautogui code ---------------------------------------------------------------

@@ -128,5 +128,5 @@ class Prompts:
 # Every placeholder a prompt file may use: `check()` substitutes them all to catch typos at start-up.
 _ALL_PLACEHOLDERS: dict[str, object] = {
     "instruction": "", "budget": 0, "screen_width": 0, "screen_height": 0, "image_width": 0, "image_height": 0,
-    "steps": 0,
+    "steps": 0, "state": "",
 }

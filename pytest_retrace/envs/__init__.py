@@ -24,6 +24,12 @@ class EnvError(RuntimeError):
     """The environment itself failed (crashed display, app that never showed up): an infra error."""
 
 
+class ActionFailed(EnvError):
+    """One action could not be completed while the environment itself stayed healthy (it asked for
+    something the desktop cannot do in time). From an agent under test this is the agent's failure; from
+    a ground-truth replay it is a desync, an infrastructure error."""
+
+
 @runtime_checkable
 class Environment(Protocol):
     name: str
@@ -32,10 +38,12 @@ class Environment(Protocol):
     def start(self) -> None: ...
     def reset(self, task: Task, case_dir: Path) -> None: ...
     def execute(self, action: Action) -> float:
-        """Perform one action and wait until the screen settles; return the settle time in seconds."""
+        """Perform one action and wait until the screen settles; return the settle time in seconds.
+        Raises ActionFailed when the action cannot complete but the environment is fine, EnvError otherwise."""
         ...
 
     def screenshot(self) -> np.ndarray: ...
+    def cursor_position(self) -> tuple[int, int]: ...
     def read_file(self, path: str) -> bytes | None: ...
     def write_file(self, path: str, data: bytes) -> None: ...
     def run(self, command: str, timeout: float = 30.0) -> CommandResult: ...

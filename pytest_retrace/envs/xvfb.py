@@ -36,7 +36,8 @@ from ..actions import Action
 from ..cases import CommandStep, FileStep, LaunchStep, Task
 from ..evaluators import CommandResult
 from ..settle import Rect, SettleConfig, wait_stable
-from . import EnvError
+from . import ActionFailed, EnvError
+from .inputs import release_all
 from .keymap import Keymap
 from .procfs import tagged_pids
 
@@ -72,6 +73,9 @@ _KEYSYMS = {
 _BUTTONS = {"left": "1", "middle": "2", "right": "3"}
 # Between keys, as a person types; characters the keymap lacks go through keymap.py, not a delay.
 _TYPE_DELAY_MS = "25"
+# Time limits of one xdotool call: a base plus the time the action itself asks for (typing speed, wheel
+# clicks, key presses, a held chord). The caps on Action keep every accepted action well inside them.
+_BASE_TIMEOUT = 15.0
 
 
 def _keysym(key: str) -> str:
@@ -210,6 +214,7 @@ class XvfbEnvironment:
         self.kill_session()
         if self._keymap is not None:
             self._keymap.clear()  # safe now: no app is left that could still translate a bound key
+        release_all(self.display)  # keys, buttons and locks an agent left held live in the X server
         self._restore_home()
         # the pointer outlives apps: park it so hover effects never depend on the previous case
         self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
@@ -415,8 +420,21 @@ class XvfbEnvironment:
     def settle(self) -> float:
         return wait_stable(self.screenshot, self.settle_cfg, self.masks).seconds
 
+    def cursor_position(self) -> tuple[int, int]:
+        res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._env(False), capture_output=True,
+                             text=True, timeout=_BASE_TIMEOUT)
+        values = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        try:
+            return int(values["X"]), int(values["Y"])
+        except (KeyError, ValueError):
+            raise EnvError(f"xdotool getmouselocation failed: {res.stderr.strip()}") from None
+
     def execute(self, action: Action) -> float:
         self._check_alive()
+        w, h = self.size
+        for x, y in ((action.x, action.y), (action.x2, action.y2)):
+            if x is not None and (x >= w or y >= h):
+                raise ActionFailed(f"{action.describe()}: ({x}, {y}) is outside the {w}x{h} screen")
         if action.kind == "wait":
             time.sleep(action.seconds)
         elif action.kind == "type":
@@ -425,22 +443,50 @@ class XvfbEnvironment:
                 if i:
                     self._xdotool(["key", "Return"])
                 if line.isascii() and line.isprintable():
-                    self._xdotool(["type", "--delay", _TYPE_DELAY_MS, "--", line])
+                    self._xdotool(["type", "--delay", _TYPE_DELAY_MS, "--", line], timeout=_BASE_TIMEOUT + 0.05 * len(line))
                 elif line:
                     if self._keymap is None:
                         self._keymap = Keymap(self.display)
-                    self._keymap.type(line, lambda keys: self._xdotool(["key", "--delay", _TYPE_DELAY_MS, *keys]),
+                    self._keymap.type(line, lambda keys: self._xdotool(["key", "--delay", _TYPE_DELAY_MS, *keys],
+                                                                       timeout=_BASE_TIMEOUT + 0.05 * len(keys)),
                                       self.settle)
         elif not action.terminal:
-            self._xdotool(self._xdotool_args(action))
+            a = action
+            work = 0.05 * len(a.keys) * a.presses + 0.05 * (abs(a.dx) + abs(a.dy)) + a.seconds * a.presses
+            self._xdotool(self._xdotool_args(a), timeout=_BASE_TIMEOUT + work)
         return self.settle()
 
-    def _xdotool(self, args: list[str]) -> None:
-        res = subprocess.run(["xdotool", *args], env=self._env(False), capture_output=True, text=True, timeout=60)
+    def _xdotool(self, args: list[str], timeout: float = _BASE_TIMEOUT) -> None:
+        try:
+            res = subprocess.run(["xdotool", *args], env=self._env(False), capture_output=True, text=True,
+                                 timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._check_alive()  # a dead desktop is an infrastructure error, whatever the action was
+            raise ActionFailed(f"xdotool {' '.join(args)[:200]} did not finish within {timeout:.0f} s") from None
         if res.returncode != 0:
-            raise EnvError(f"xdotool {' '.join(args)} failed: {res.stderr.strip()}")
+            self._check_alive()
+            raise ActionFailed(f"xdotool {' '.join(args)[:200]} failed: {res.stderr.strip()[:300]}")
 
     def _xdotool_args(self, a: Action) -> list[str]:
+        """One xdotool command chain for `a`, with the keys of `a.hold` held around pointer actions."""
+        hold = "+".join(_keysym(k) for k in a.hold)
+        pointer = self._pointer_args(a)
+        if pointer is not None:
+            return [*(["keydown", hold] if hold else []), *pointer, *(["keyup", hold] if hold else [])]
+        if a.kind == "key":
+            return ["key", "--delay", "40", "--repeat", str(a.presses), "--", *(_keysym(k) for k in a.keys)]
+        if a.kind == "hotkey":
+            chord = "+".join(_keysym(k) for k in a.keys)
+            if a.seconds:  # Claude's hold_key: the chord stays down for `seconds`
+                return [arg for _ in range(a.presses) for arg in ("keydown", chord, "sleep", str(a.seconds),
+                                                                   "keyup", chord)]
+            return ["key", "--repeat", str(a.presses), "--", chord]
+        if a.kind in ("key_down", "key_up"):
+            return [a.kind.replace("_", ""), "--", *(_keysym(k) for k in a.keys)]
+        raise EnvError(f"action {a.kind!r} is not supported by the xvfb environment")
+
+    @staticmethod
+    def _pointer_args(a: Action) -> list[str] | None:
         move = ["mousemove", str(a.x), str(a.y)] if a.x is not None else []
         button = _BUTTONS[a.button]
         if a.kind == "click":
@@ -462,11 +508,4 @@ class XvfbEnvironment:
             if a.dx:
                 steps += ["click", "--repeat", str(abs(a.dx)), "--delay", "30", "7" if a.dx > 0 else "6"]
             return [*move, *steps]
-        if a.kind == "key":
-            return ["key", "--delay", "40", "--repeat", str(a.presses), "--", *(_keysym(k) for k in a.keys)]
-        if a.kind == "hotkey":
-            return ["key", "--repeat", str(a.presses), "--", "+".join(_keysym(k) for k in a.keys)]
-        if a.kind in ("key_down", "key_up"):
-            return [a.kind.replace("_", ""), "--", *(_keysym(k) for k in a.keys)]
-        raise EnvError(f"action {a.kind!r} is not supported by the xvfb environment")
-
+        return None
