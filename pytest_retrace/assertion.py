@@ -48,5 +48,13 @@ def explain(result: RecoveryResult) -> list[str]:
     if ev and not result.r_tc:
         lines += [f"  {d}" for d in ev.details[:4]]
     taken = [s.action for s in result.steps if s.stage == "recover"]
-    lines.append(f"agent: {result.agent_turns} turn(s), actions {taken[:6]}{' ...' if len(taken) > 6 else ''}")
+    used = f"{result.actions_used}/{result.budget} action(s) of the budget"
+    lines.append(f"agent: {result.agent_turns} turn(s), {used}, actions {taken[:6]}{' ...' if len(taken) > 6 else ''}")
+    trouble = [f"{n} {what}" for n, what in ((result.invalid_steps, "invalid repl(ies)"),
+                                             (result.failed_actions, "action(s) the desktop could not complete"),
+                                             (result.cut_actions, "action(s) cut at the budget")) if n]
+    if result.agent_failure:
+        trouble.append(f"the agent raised {result.agent_failure}")
+    if trouble:
+        lines.append("  " + "; ".join(trouble))
     return lines

@@ -13,18 +13,29 @@ import pytest
 
 pytest.register_assert_rewrite("pytest_retrace.suite")
 
-from .agents import STRATEGIES, AgentConfigError, ModelConfig, create_agent, load_model_config  # noqa: E402
+from .agents import (  # noqa: E402
+    STRATEGY_NAMES,
+    AgentConfigError,
+    ModelConfig,
+    create_agent,
+    create_chat,
+    load_model_config,
+)
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
 from .session import RetraceSession, make_record, new_run_name, save_artifacts  # noqa: E402
 
-# option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X.
+# option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X. "args" options take
+# comma-separated values and may be repeated.
 OPTIONS: dict[str, tuple[str, Any, str]] = {
     "model": ("args", [], "model(s) under test: agents/NAME.yaml; comma-separated or repeated (enables the suite)"),
-    "strategy": ("string", None, "recovery strategy: implicit | explicit (default: the model config's)"),
+    "strategy": ("args", [], "recovery strategies, comma-separated, one test each: " + " | ".join(STRATEGY_NAMES)
+                 + " (default: each model config's)"),
     "cases": ("paths", [], "case directories or files (default: cases/)"),
     "agents": ("paths", [], "directories holding model configs NAME.yaml (default: agents/)"),
     "env": ("string", "xvfb", "environment provider"),
-    "budget": ("string", "10", "r: max agent turns per case"),
+    "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
+    "contextualizer": ("string", "contextualizer", "model config summarising the target for explicit-context"),
+    "verifier": ("string", None, "model config of an LLM state verifier for states that cannot match pixel for pixel"),
     "settle": ("string", "10", "max seconds to wait for a stable screen after an action (the paper's window)"),
     "settle-quiet": ("string", "0.3", "seconds the screen must stay unchanged to count as settled"),
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
@@ -39,10 +50,13 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
 @dataclass(frozen=True)
 class Settings:
     models: tuple[ModelConfig, ...]
-    strategy: str | None
+    strategies: tuple[str, ...]  # empty: each model's own
     case_roots: tuple[Path, ...]
     env: str
-    budget: int
+    budgets: tuple[int, ...]
+    contextualizer: ModelConfig | None  # only when an explicit-context test will run
+    verifier: ModelConfig | None
+    dry_run: bool
     settle: float
     settle_quiet: float
     ssim_threshold: float
@@ -60,20 +74,23 @@ record_key = pytest.StashKey[dict[str, Any]]()
 
 @dataclass(frozen=True)
 class CaseRun:
-    """The parameter of one test: a case under one model and strategy."""
+    """The parameter of one test: a case under one model, strategy and budget."""
 
     case: RecoveryCase
     model: ModelConfig
     strategy: str
+    budget: int
 
     @property
     def id(self) -> str:
-        return f"{self.case.id}-{self.model.name}-{self.strategy}"
+        return f"{self.case.id}-{self.model.name}-{self.strategy}-r{self.budget}"
 
 
 # -- options -----------------------------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("retrace", "recovery benchmark for computer-use agents")
+    group.addoption("--retrace-dry-run", dest="retrace_dry_run", action="store_true", default=False,
+                    help="list the tests and the most model calls they can make; run and call nothing")
     for name, (kind, default, help_) in OPTIONS.items():
         dest = "retrace_" + name.replace("-", "_")
         if kind == "args" or kind == "paths":
@@ -115,8 +132,12 @@ def _paths(config: pytest.Config, name: str, default: str) -> tuple[Path, ...]:
     return tuple(Path(p).resolve() for p in ini) or (config.rootpath / default,)
 
 
+def _list(config: pytest.Config, name: str) -> list[str]:
+    return [v.strip() for item in _opt(config, name) or [] for v in str(item).split(",") if v.strip()]
+
+
 def _settings(config: pytest.Config) -> Settings | None:
-    names = [m.strip() for item in _opt(config, "model") or [] for m in item.split(",") if m.strip()]
+    names = _list(config, "model")
     if not names:
         return None
     agent_dirs = list(_paths(config, "agents", "agents"))
@@ -124,9 +145,15 @@ def _settings(config: pytest.Config) -> Settings | None:
         models = tuple(load_model_config(n, agent_dirs) for n in dict.fromkeys(names))
     except AgentConfigError as exc:
         raise pytest.UsageError(f"--retrace-model: {exc}") from None
-    strategy = _opt(config, "strategy")
-    if strategy is not None and strategy not in STRATEGIES:
-        raise pytest.UsageError(f"--retrace-strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    strategies = tuple(dict.fromkeys(_list(config, "strategy")))
+    for strategy in strategies:
+        if strategy not in STRATEGY_NAMES:
+            raise pytest.UsageError(f"--retrace-strategy: {strategy!r} is not one of {', '.join(STRATEGY_NAMES)}")
+    budgets = []
+    for raw in _list(config, "budget"):
+        if not raw.isdigit() or int(raw) < 1:
+            raise pytest.UsageError(f"--retrace-budget: {raw!r} is not a positive integer")
+        budgets.append(int(raw))
     screen = str(_opt(config, "screen"))
     try:
         w, h = (int(v) for v in screen.lower().split("x"))
@@ -135,18 +162,45 @@ def _settings(config: pytest.Config) -> Settings | None:
     threshold = _number(config, "ssim-threshold", float, 0.0)
     if threshold > 1:
         raise pytest.UsageError(f"--retrace-ssim-threshold: must be <= 1, got {threshold}")
+    helpers: dict[str, ModelConfig | None] = {"contextualizer": None, "verifier": None}
+    wanted = {"contextualizer": "explicit-context" in (strategies or {s for m in models for s in m.strategies}),
+              "verifier": True}
+    for name in helpers:
+        value = _opt(config, name)
+        if value and wanted[name]:
+            try:
+                helpers[name] = load_model_config(str(value), agent_dirs)
+            except AgentConfigError as exc:
+                raise pytest.UsageError(f"--retrace-{name}: {exc}") from None
+    report_dir = Path(_opt(config, "report-dir"))
     return Settings(
-        models=models, strategy=strategy, case_roots=_paths(config, "cases", "cases"), env=str(_opt(config, "env")),
-        budget=_number(config, "budget", int, 1), settle=_number(config, "settle", float, 0.1),
-        settle_quiet=_number(config, "settle-quiet", float, 0.0), ssim_threshold=threshold,
-        attempts=_number(config, "attempts", int, 1), verify_tolerance=_number(config, "verify-tolerance", int, 0),
-        screen=(w, h),
-        report_dir=Path(_opt(config, "report-dir")) if Path(_opt(config, "report-dir")).is_absolute()
-        else config.rootpath / _opt(config, "report-dir"),
+        models=models, strategies=strategies, case_roots=_paths(config, "cases", "cases"), env=str(_opt(config, "env")),
+        budgets=tuple(dict.fromkeys(budgets or [10])), contextualizer=helpers["contextualizer"],
+        verifier=helpers["verifier"], dry_run=bool(config.getoption("retrace_dry_run")),
+        settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
+        ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
+        verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
+        report_dir=report_dir if report_dir.is_absolute() else config.rootpath / report_dir,
     )
 
 
+def _check_models(settings: Settings) -> None:
+    """Build every model once, before any test: a missing key, a bad option or a missing prompt file is a
+    usage error naming the config, not the same setup error repeated in every test."""
+    for config, factory in [(m, create_agent) for m in settings.models] + [
+            (h, create_chat) for h in (settings.contextualizer, settings.verifier) if h is not None]:
+        try:
+            factory(config).close()
+        except AgentConfigError as exc:
+            raise pytest.UsageError(f"retrace: {exc}") from None
+
+
+def _strategies(settings: Settings, model: ModelConfig) -> tuple[str, ...]:
+    return settings.strategies or model.strategies
+
+
 # -- configuration -----------------------------------------------------------------------------------
+@pytest.hookimpl(tryfirst=True)  # before xdist's: a dry run must not start workers
 def pytest_configure(config: pytest.Config) -> None:
     settings = _settings(config)
     if settings is None:
@@ -154,8 +208,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = settings
     # One malformed case file must not stop the others: it stays a collection error, the rest runs.
     config.option.continue_on_collection_errors = True
+    if settings.dry_run:
+        config.option.collectonly = True  # list the tests, run none, call no model, need no key
+        config.pluginmanager.register(_DryRun(settings), "retrace-dry-run")
+        return
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
+        _check_models(settings)
         run = _opt(config, "run") or new_run_name([m.name for m in settings.models])
         config.stash[session_key] = RetraceSession(settings.report_dir / run)
         config.pluginmanager.register(_Controller(config, config.stash[session_key]), "retrace-controller")
@@ -185,7 +244,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings is None:
         return []
     models = ", ".join(f"{m.name} ({m.provider})" for m in settings.models)
-    return [f"retrace: models {models}; env {settings.env}; budget r={settings.budget}; "
+    budgets = ",".join(map(str, settings.budgets))
+    return [f"retrace: models {models}; env {settings.env}; budget r={budgets}; "
             f"SSIM >= {settings.ssim_threshold}; cases {', '.join(str(p) for p in settings.case_roots)}"]
 
 
@@ -226,7 +286,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     settings = metafunc.config.stash.get(settings_key, None)
     if case is None or settings is None:
         return
-    runs = [CaseRun(case, m, settings.strategy or m.strategy) for m in settings.models]
+    runs = [CaseRun(case, m, strategy, budget) for m in settings.models for strategy in _strategies(settings, m)
+            for budget in settings.budgets]
     metafunc.parametrize("retrace_run", runs, ids=[r.id for r in runs], scope="function")
 
 
@@ -271,19 +332,44 @@ def retrace_agent(retrace_run: CaseRun, _retrace_agents: dict[str, Any]) -> Any:
     return _retrace_agents[key]
 
 
+@pytest.fixture(scope="session")
+def _retrace_judges(request: pytest.FixtureRequest) -> Any:
+    """The contextualizer (explicit-context) and the state verifier, when configured: one each per process."""
+    from .agents.prompts import Prompts
+    from .strategies import Contextualizer
+    from .verifier import StateVerifier
+
+    settings: Settings = request.config.stash[settings_key]
+    made: list[Any] = []
+
+    def chat(config: ModelConfig | None) -> tuple[Any, Prompts] | None:
+        if config is None:
+            return None
+        made.append(model := create_chat(config))
+        base = config.path.parent if config.path else Path.cwd()
+        return model, Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+
+    ctx, ver = chat(settings.contextualizer), chat(settings.verifier)
+    yield (Contextualizer(*ctx) if ctx else None, StateVerifier(*ver) if ver else None)
+    for model in made:
+        model.close()
+
+
 @pytest.fixture
-def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace_env: Any, retrace_agent: Any) -> Any:
+def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace_env: Any, retrace_agent: Any,
+                   _retrace_judges: Any) -> Any:
     """Replay the case and run the agent (during setup: infra failures become errors, not failures)."""
     from .replay import ReplayOptions, run_case
 
     settings = request.config.stash[settings_key]
-    opts = ReplayOptions(budget=settings.budget, ssim_threshold=settings.ssim_threshold,
-                         attempts=settings.attempts, verify_tolerance=settings.verify_tolerance,
-                         strategy=retrace_run.strategy)  # type: ignore[arg-type]
+    contextualizer, verifier = _retrace_judges
+    opts = ReplayOptions(budget=retrace_run.budget, strategy=retrace_run.strategy,
+                         ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
+                         verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier)
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     request.node.stash[record_key] = make_record(
         nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
-        strategy=retrace_run.strategy, budget=settings.budget, result=result, privileged=retrace_agent.privileged)
+        strategy=retrace_run.strategy, budget=retrace_run.budget, result=result, privileged=retrace_agent.privileged)
     run_dir = _run_dir(request.config)
     if run_dir is not None and result.error is None and not result.recovered:
         save_artifacts(run_dir, request.node.nodeid, result)
@@ -309,7 +395,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         # the failure happened before the replay (environment start, agent construction)
         run: CaseRun = item.callspec.params["retrace_run"]
         record = make_record(nodeid=item.nodeid, case=run.case, model=run.model.name, strategy=run.strategy,
-                             budget=item.config.stash[settings_key].budget,
+                             budget=run.budget,
                              error={"stage": "setup", "kind": "env", "message": str(call.excinfo.value)[:2000]
                                     if call.excinfo else "unknown"})
     if record is not None and ((call.when == "setup" and report.failed) or call.when == "call"):
@@ -336,7 +422,7 @@ class _Controller:
             return  # nothing ran: no run directory, no summary
         settings = self.config.stash[settings_key]
         summary = self.session.finish({
-            "models": [m.name for m in settings.models], "env": settings.env, "budget": settings.budget,
+            "models": [m.name for m in settings.models], "env": settings.env, "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
         })
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
@@ -355,6 +441,44 @@ class _Controller:
         if summary.get("n_errors"):
             tr.write_line(f"infrastructure errors (excluded from rates): {summary['error_kinds']}")
         tr.write_line(f"results: {self.session.results_path}")
+
+
+class _DryRun:
+    """``--retrace-dry-run``: after collection, the most model calls each test could make, and the total.
+    A turn makes at most ``calls_per_turn`` calls (a reply and its re-ask), a case at most 2r + 2 turns;
+    explicit-context adds the contextualizer's call, a verifier up to two per reconstruction attempt."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.lines: list[str] = []
+        self.total = 0
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        from .agents import agent_factory
+        from .replay import ReplayOptions
+
+        per_turn: dict[str, int] = {}
+        for item in items:
+            run = getattr(item, "callspec", None) and item.callspec.params.get("retrace_run")
+            if not isinstance(run, CaseRun):
+                continue
+            if run.model.name not in per_turn:
+                try:
+                    per_turn[run.model.name] = agent_factory(run.model).calls_per_turn
+                except AgentConfigError as exc:
+                    raise pytest.UsageError(f"retrace: {exc}") from None
+            calls = per_turn[run.model.name] * ReplayOptions(budget=run.budget).max_turns
+            calls += run.strategy == "explicit-context"
+            calls += 2 * self.settings.attempts if self.settings.verifier is not None else 0
+            self.total += calls
+            self.lines.append(f"{item.nodeid}  (at most {calls} model calls)")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "retrace dry run: nothing was run and no model was called")
+        for line in self.lines:
+            tr.write_line(line)
+        tr.write_line(f"{len(self.lines)} test(s); at most {self.total} model calls in all")
 
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> list[str] | None:

@@ -58,10 +58,18 @@ def make_record(*, nodeid: str, case: Any, model: str, strategy: str, budget: in
         error=({"stage": result.error.stage, "kind": result.error.kind, "message": result.error.message}
                if result.error else None),
         attempts=result.attempts,
+        reconstruction=result.reconstruction,
         agent_turns=result.agent_turns,
+        actions_used=result.actions_used,
+        invalid_steps=result.invalid_steps,
+        failed_actions=result.failed_actions,
+        cut_actions=result.cut_actions,
+        agent_failure=result.agent_failure,
+        usage=result.usage.to_dict(),
+        context_usage=result.context_usage.to_dict(),
         timings=result.timings,
-        actions=[{"stage": s.stage, **s.action, "settle": s.settle, **({"rationale": s.rationale} if s.rationale else {})}
-                 for s in result.steps],
+        actions=[{"stage": s.stage, **s.action, "settle": s.settle, **({"rationale": s.rationale} if s.rationale else {}),
+                  **({"error": s.error} if s.error else {})} for s in result.steps],
     )
     return rec
 

@@ -1,12 +1,18 @@
 """Aggregate per-test result records into recovery rates with confidence intervals.
 
 Each finished test yields one record (a JSON-able dict with ``nodeid``, ``model``,
-``strategy``, ``domain``, ``verdict``, ``r_o``, ``r_tc``, ``ssim``, ``error`` ...).
-Records are grouped per (model, strategy) and per (model, strategy, domain).
+``strategy``, ``budget``, ``domain``, ``verdict``, ``r_o``, ``r_tc``, ``ssim``, ``error``, ``usage`` ...).
+Records are grouped per (model, strategy, budget) and per (model, strategy, budget, domain).
 
 Infrastructure errors (``verdict == "error"``) say nothing about the agent, so they
 are excluded from every rate and only counted (``errors``, ``error_kinds``).
 Recovery success means ``verdict == "recovered"``.
+
+Excluding errors keeps a rate honest about what was measured, but when models are compared an
+unreliable API could still help one: its errors would fall on hard cases as likely as on easy ones,
+yet the other model is scored on all of them. So when several models share a (strategy, budget)
+cell, each group also carries ``common_*``: the rate on the cases where *no* compared model had an
+infrastructure error — the fair basis for a comparison.
 
 Why the Wilson score interval: benchmark cells are small (often 5-30 cases) and
 good or bad agents sit near 0% or 100%. There the usual normal approximation
@@ -51,6 +57,7 @@ class GroupStats:
 
     model: str
     strategy: str
+    budget: int | None
     domain: str | None  # None = all domains
     n: int  # non-error records
     recovered: int
@@ -62,6 +69,13 @@ class GroupStats:
     errors: int
     total: int  # n + errors
     mean_ssim: float | None
+    calls: int  # model calls (the agent's, then the contextualizer's and verifier's)
+    input_tokens: int
+    output_tokens: int
+    cost: float | None  # estimated USD; None when no record carries a price
+    common_n: int | None = None  # on the cases no compared model errored on (None: a single model)
+    common_recovered: int | None = None
+    common_rate: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict with floats rounded to 6 decimals."""
@@ -72,15 +86,25 @@ def _share(count: int, n: int) -> float | None:
     return count / n if n else None
 
 
-def _group_stats(model: str, strategy: str, domain: str | None, records: list[dict[str, Any]]) -> GroupStats:
+def _usage_sum(records: list[dict[str, Any]], field: str) -> float | None:
+    values = [(r.get(u) or {}).get(field) for r in records for u in ("usage", "context_usage")]
+    present = [v for v in values if v is not None]
+    return math.fsum(present) if present else None
+
+
+def _group_stats(model: str, strategy: str, budget: int | None, domain: str | None,
+                 records: list[dict[str, Any]], common: set[str] | None = None) -> GroupStats:
     ok = [r for r in records if r.get("verdict") != "error"]
     n = len(ok)
     recovered = sum(r.get("verdict") == "recovered" for r in ok)
     low, high = wilson_interval(recovered, n)
     ssims = [float(r["ssim"]) for r in ok if r.get("ssim") is not None]
+    shared = [r for r in ok if common is not None and r.get("case") in common]
+    shared_recovered = sum(r.get("verdict") == "recovered" for r in shared)
     return GroupStats(
         model=model,
         strategy=strategy,
+        budget=budget,
         domain=domain,
         n=n,
         recovered=recovered,
@@ -92,6 +116,13 @@ def _group_stats(model: str, strategy: str, domain: str | None, records: list[di
         errors=len(records) - n,
         total=len(records),
         mean_ssim=math.fsum(ssims) / len(ssims) if ssims else None,
+        calls=int(_usage_sum(records, "calls") or 0),
+        input_tokens=int(_usage_sum(records, "input_tokens") or 0),
+        output_tokens=int(_usage_sum(records, "output_tokens") or 0),
+        cost=_usage_sum(records, "cost"),
+        common_n=None if common is None else len(shared),
+        common_recovered=None if common is None else shared_recovered,
+        common_rate=None if common is None else _share(shared_recovered, len(shared)),
     )
 
 
@@ -116,26 +147,57 @@ def _key(record: dict[str, Any], field: str) -> str:
     return "" if value is None else str(value)
 
 
+def _budget(record: dict[str, Any]) -> int | None:
+    value = record.get("budget")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _common_cases(records: list[dict[str, Any]]) -> dict[tuple[str, int | None], set[str] | None]:
+    """Per (strategy, budget): the cases every compared model finished without an infrastructure error
+    (None where only one model ran: nothing to compare)."""
+    by_cell: dict[tuple[str, int | None], dict[str, dict[str, bool]]] = {}
+    for r in records:
+        cell = by_cell.setdefault((_key(r, "strategy"), _budget(r)), {})
+        cases = cell.setdefault(_key(r, "model"), {})
+        case = _key(r, "case")
+        cases[case] = cases.get(case, True) and r.get("verdict") != "error"
+    out: dict[tuple[str, int | None], set[str] | None] = {}
+    for cell, models in by_cell.items():
+        if len(models) < 2:
+            out[cell] = None
+            continue
+        sets = [{c for c, ok in cases.items() if ok} for cases in models.values()]
+        out[cell] = set.intersection(*sets)
+    return out
+
+
+def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is None, v) if isinstance(v, int) or v is None else (False, v) for v in key)
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Summarise records into a JSON-able dict, independent of record order.
 
     Returns ``{"groups", "domains", "n_records", "n_errors", "error_kinds"}`` where
-    ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy) and ``domains``
-    one per (model, strategy, domain), both sorted; ``n_records``/``n_errors`` count
+    ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget) and ``domains``
+    one per (model, strategy, budget, domain), both sorted; ``n_records``/``n_errors`` count
     the records left after duplicate nodeids are resolved (last one wins).
     """
     unique = _dedupe(records)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    cells: dict[tuple[str, str, int | None, str], list[dict[str, Any]]] = {}
     for r in unique:
-        model, strategy, domain = _key(r, "model"), _key(r, "strategy"), _key(r, "domain")
-        groups.setdefault((model, strategy), []).append(r)
-        cells.setdefault((model, strategy, domain), []).append(r)
+        model, strategy, budget, domain = _key(r, "model"), _key(r, "strategy"), _budget(r), _key(r, "domain")
+        groups.setdefault((model, strategy, budget), []).append(r)
+        cells.setdefault((model, strategy, budget, domain), []).append(r)
+    common = _common_cases(unique)
     errors = [r for r in unique if r.get("verdict") == "error"]
     kinds = Counter(str((r.get("error") or {}).get("kind") or "unknown") for r in errors)
     return {
-        "groups": [_group_stats(m, s, None, groups[m, s]).to_dict() for m, s in sorted(groups)],
-        "domains": [_group_stats(m, s, d, cells[m, s, d]).to_dict() for m, s, d in sorted(cells)],
+        "groups": [_group_stats(m, s, b, None, groups[m, s, b], common[s, b]).to_dict()
+                   for m, s, b in sorted(groups, key=_order)],
+        "domains": [_group_stats(m, s, b, d, cells[m, s, b, d], common[s, b]).to_dict()
+                    for m, s, b, d in sorted(cells, key=_order)],
         "n_records": len(unique),
         "n_errors": len(errors),
         "error_kinds": dict(sorted(kinds.items())),
@@ -147,10 +209,15 @@ def _pct(value: float | None) -> str:
 
 
 def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
-    """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values."""
+    """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values. The
+    ``shared`` column (several models only) is each rate on the cases no compared model errored on."""
+    rows_in = summary["domains" if by_domain else "groups"]
+    shared = any(g.get("common_n") is not None for g in rows_in)
+    costly = any(g.get("calls") for g in rows_in)
     header = [
         "model",
         "strategy",
+        "r",
         *(["domain"] if by_domain else []),
         "n",
         "recovered",
@@ -159,14 +226,17 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
         "R_O",
         "R_TC",
         "errors",
+        *(["shared (n)"] if shared else []),
+        *(["calls", "cost"] if costly else []),
     ]
     rows = [header]
-    for g in summary["domains" if by_domain else "groups"]:
+    for g in rows_in:
         ci = "-" if g["rate"] is None else f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}]"
         rows.append(
             [
                 g["model"],
                 g["strategy"],
+                "-" if g.get("budget") is None else str(g["budget"]),
                 *([g["domain"] or "-"] if by_domain else []),
                 str(g["n"]),
                 str(g["recovered"]),
@@ -175,6 +245,9 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
                 _pct(g["r_o_rate"]),
                 _pct(g["r_tc_rate"]),
                 str(g["errors"]),
+                *(["-" if g.get("common_n") is None else f"{_pct(g.get('common_rate'))} ({g['common_n']})"]
+                  if shared else []),
+                *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

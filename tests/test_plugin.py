@@ -69,8 +69,8 @@ def test_calibration_and_identical_summaries_with_and_without_xdist(project: pyt
     s0.pop("run"), s2.pop("run")
     assert s0 == s2
     # the terminal shows the per-model table
-    serial.stdout.fnmatch_lines(["*retrace recovery summary*", "model*strategy*n*recovered*rate*95% CI*",
-                                 "noop*implicit*6*0*0.0%*", "oracle*explicit*6*6*100.0%*"])
+    serial.stdout.fnmatch_lines(["*retrace recovery summary*", "model*strategy*r*n*recovered*rate*95% CI*",
+                                 "noop*implicit*10*6*0*0.0%*", "oracle*explicit-none*10*6*6*100.0%*"])
     recs = records(project, "n2")
     assert len(recs) == 12 and {r["verdict"] for r in recs} == {"recovered", "not_recovered"}
     assert all(r["timings"]["total"] > 0 and r["actions"] for r in recs)
@@ -94,7 +94,7 @@ def test_failure_message_says_what_failed(project: pytest.Pytester) -> None:
 def test_k_x_v_and_lf_behave_as_in_pytest(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("--retrace-model=oracle,noop", "-k", "typo or wrong-cell", "-v")
     res.assert_outcomes(passed=2, failed=2)
-    assert "cases/mousepad/typo-short.yaml::test_recovery[typo-short-oracle-explicit] PASSED" in res.stdout.str()
+    assert "cases/mousepad/typo-short.yaml::test_recovery[typo-short-oracle-explicit-none-r10] PASSED" in res.stdout.str()
     res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--lf", "-v")
     res.assert_outcomes(failed=2)  # only the two noop failures are re-run
     res.stdout.fnmatch_lines(["*run-last-failure: rerun previous 2 failures*"])
@@ -157,5 +157,5 @@ def pytest_retrace_summary(summary, run_dir, config):
     res = project.runpytest_subprocess("--retrace-model=noop,oracle", "-k", "typo-short", "-n", "2")
     res.assert_outcomes(passed=1, failed=1)
     out = json.loads((project.path / "hook-output.json").read_text())
-    assert sorted(n.split("[")[1] for n in out["records"]) == ["typo-short-noop-implicit]", "typo-short-oracle-explicit]"]
+    assert sorted(n.split("[")[1] for n in out["records"]) == ["typo-short-noop-implicit-r10]", "typo-short-oracle-explicit-none-r10]"]
     assert {g["model"]: g["recovered"] for g in out["groups"]} == {"noop": 0, "oracle": 1}

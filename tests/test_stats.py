@@ -17,6 +17,7 @@ def rec(
     *,
     model: str = "oracle",
     strategy: str = "implicit",
+    budget: int = 10,
     domain: str = "files",
     r_o: bool | None = True,
     r_tc: bool | None = True,
@@ -33,6 +34,7 @@ def rec(
         "domain": domain,
         "model": model,
         "strategy": strategy,
+        "budget": budget,
         "verdict": verdict,
         "r_o": r_o,
         "r_tc": r_tc,
@@ -217,6 +219,7 @@ def test_group_stats_to_dict() -> None:
     gs = GroupStats(
         model="m",
         strategy="s",
+        budget=3,
         domain=None,
         n=3,
         recovered=1,
@@ -228,12 +231,17 @@ def test_group_stats_to_dict() -> None:
         errors=1,
         total=4,
         mean_ssim=None,
+        calls=0,
+        input_tokens=0,
+        output_tokens=0,
+        cost=None,
     )
     d = gs.to_dict()
     assert d["rate"] == 0.333333 and d["r_tc_rate"] == 0.666667 and d["r_o_rate"] is None
     assert list(d) == [
         "model",
         "strategy",
+        "budget",
         "domain",
         "n",
         "recovered",
@@ -245,6 +253,13 @@ def test_group_stats_to_dict() -> None:
         "errors",
         "total",
         "mean_ssim",
+        "calls",
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "common_n",
+        "common_recovered",
+        "common_rate",
     ]
     with pytest.raises(AttributeError):
         gs.n = 4  # type: ignore[misc]
@@ -256,6 +271,7 @@ def test_empty() -> None:
     assert format_table(s).split() == [
         "model",
         "strategy",
+        "r",
         "n",
         "recovered",
         "rate",
@@ -297,11 +313,12 @@ def test_format_table_numbers_and_alignment() -> None:
     table = format_table(summarize(records))
     lines = table.splitlines()
     assert len(lines) == 3
-    names = ["model", "strategy", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
+    names = ["model", "strategy", "r", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
     assert_aligned(lines, names)
     assert lines[1].split() == [
         "gpt-4o-long-name",
         "explicit",
+        "10",
         "1",
         "0",
         "0.0%",
@@ -314,6 +331,7 @@ def test_format_table_numbers_and_alignment() -> None:
     assert lines[2].split() == [
         "oracle",
         "implicit",
+        "10",
         "6",
         "6",
         "100.0%",
@@ -330,15 +348,16 @@ def test_format_table_columns_sized_to_content() -> None:
     table = format_table(summarize([rec("a", model="m", strategy="s")]))
     header = table.splitlines()[0]
     # 'model' is wider than 'm', so the next column starts two spaces after the header word
-    assert header.startswith("model  strategy  n  recovered  rate  ")
+    assert header.startswith("model  strategy  r   n  recovered  rate  ")
 
 
 def test_format_table_dashes_for_none() -> None:
     records = [rec("a", "error"), rec("b", model="m", r_o=None, r_tc=None, ssim=None)]
     lines = format_table(summarize(records)).splitlines()
     row_m, row_oracle = lines[1].split(), lines[2].split()
-    assert row_m == ["m", "implicit", "1", "1", "100.0%", "[20.7,", "100.0]", "0.0%", "0.0%", "0"]
-    assert row_oracle == ["oracle", "implicit", "0", "0", "-", "-", "-", "-", "1"]
+    # two models share the cell, so the shared-cases column appears: they share no error-free case
+    assert row_m == ["m", "implicit", "10", "1", "1", "100.0%", "[20.7,", "100.0]", "0.0%", "0.0%", "0", "-", "(0)"]
+    assert row_oracle == ["oracle", "implicit", "10", "0", "0", "-", "-", "-", "-", "1", "-", "(0)"]
 
 
 def test_format_table_by_domain() -> None:
@@ -350,11 +369,57 @@ def test_format_table_by_domain() -> None:
     ]
     summary = summarize(records)
     lines = format_table(summary, by_domain=True).splitlines()
-    names = ["model", "strategy", "domain", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
+    names = ["model", "strategy", "r", "domain", "n", "recovered", "rate", "95% CI", "R_O", "R_TC", "errors"]
     assert_aligned(lines, names)
     assert len(lines) == 3
-    assert lines[1].split()[:6] == ["oracle", "implicit", "files", "2", "1", "50.0%"]
-    assert lines[2].split()[:6] == ["oracle", "implicit", "web-browser", "1", "1", "100.0%"]
+    assert lines[1].split()[:7] == ["oracle", "implicit", "10", "files", "2", "1", "50.0%"]
+    assert lines[2].split()[:7] == ["oracle", "implicit", "10", "web-browser", "1", "1", "100.0%"]
     assert lines[2].split()[-1] == "1"
     assert "domain" not in format_table(summary)
     assert len(format_table(summary).splitlines()) == 2
+
+
+# --- budgets, shared cases, usage -------------------------------------------------------------------
+
+
+def test_each_budget_is_its_own_group() -> None:
+    records = [rec("a-r1", "not_recovered", budget=1), rec("a-r3", budget=3), rec("a-r10", budget=10)]
+    for r in records:
+        r["case"] = "a"
+    s = summarize(records)
+    assert [(g["budget"], g["recovered"]) for g in s["groups"]] == [(1, 0), (3, 1), (10, 1)]
+    assert [(d["budget"], d["domain"]) for d in s["domains"]] == [(1, "files"), (3, "files"), (10, "files")]
+
+
+def test_shared_cases_rate_leaves_out_cases_any_compared_model_errored_on() -> None:
+    """A flaky API must not raise a model's rate: B errors on the two hard cases A fails, so both show 50 %,
+    while on the cases both finished (c3, c4) A recovers 2 of 2 and B 1 of 2."""
+    records = []
+    for case, a, b in [("c1", "not_recovered", "error"), ("c2", "not_recovered", "error"),
+                       ("c3", "recovered", "recovered"), ("c4", "recovered", "not_recovered")]:
+        records += [dict(rec(f"{case}-A", a, model="A"), case=case), dict(rec(f"{case}-B", b, model="B"), case=case)]
+    s = summarize(records)
+    a, b = group(s, "A", "implicit"), group(s, "B", "implicit")
+    assert (a["rate"], b["rate"]) == (0.5, 0.5)
+    assert (b["n"], b["recovered"]) == (2, 1)
+    assert (a["common_n"], a["common_recovered"], a["common_rate"]) == (2, 2, 1.0)
+    assert (b["common_n"], b["common_recovered"], b["common_rate"]) == (2, 1, 0.5)
+    records[0]["verdict"] = "error"  # an error of A's own on c1 changes nothing shared: B had errored there
+    a = group(summarize(records), "A", "implicit")
+    assert (a["rate"], a["common_rate"], a["common_n"]) == (0.666667, 1.0, 2)
+    assert "shared (n)" in format_table(summarize(records))
+
+
+def test_a_single_model_has_no_shared_cases_column() -> None:
+    s = summarize([rec("a"), rec("b", "error")])
+    assert group(s, "oracle", "implicit")["common_n"] is None
+    assert "shared" not in format_table(s)
+
+
+def test_usage_and_cost_are_summed_per_group() -> None:
+    r1 = dict(rec("a"), usage={"calls": 3, "input_tokens": 100, "output_tokens": 10, "cost": 0.25},
+              context_usage={"calls": 1, "input_tokens": 50, "output_tokens": 5, "cost": 0.05})
+    r2 = dict(rec("b"), usage={"calls": 2, "input_tokens": 40, "output_tokens": 4})
+    g = group(summarize([r1, r2]), "oracle", "implicit")
+    assert (g["calls"], g["input_tokens"], g["output_tokens"], g["cost"]) == (6, 190, 19, 0.3)
+    assert "$0.30" in format_table(summarize([r1, r2]))

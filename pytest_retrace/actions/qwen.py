@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ MAX_TOOL_CALL_CHARS = 20_000  # one tool call's JSON; a type action of MAX_TEXT_
 TOOL_NAME = "computer_use"
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _THINK_TAGS = ("<think>", "</think>")
+_BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  # left where blocks and tags were cut out
 _KIND_PREFIX = tuple(f"{kind}: " for kind in ACTION_KINDS)
 
 
@@ -109,6 +111,16 @@ def _string(value: Any, what: str) -> str:
     return value
 
 
+def _typeable(value: Any) -> str:
+    """A string to type, without lone surrogates (JSON's "\\ud800" decodes to one, which no key types
+    and which cannot even be encoded to send it)."""
+    text = _string(value, "text")
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        raise ActionError(f"text holds the lone surrogate {bad!r}, which is not a character")
+    return text
+
+
 # --- actions -----------------------------------------------------------------------------------------
 
 
@@ -168,7 +180,7 @@ def _terminate(args: dict[str, Any], _: float) -> Action:
 
 _ACTIONS: dict[str, _Spec] = {
     "key": _Spec(_key, ("keys",)),
-    "type": _Spec(lambda args, _: Action("type", text=_string(args["text"], "text")), ("text",)),
+    "type": _Spec(lambda args, _: Action("type", text=_typeable(args["text"])), ("text",)),
     "mouse_move": _Spec(lambda args, _: Action("move", *_coordinate(args["coordinate"])), ("coordinate",)),
     "left_click": _Spec(_clicker(), optional=("coordinate",)),
     "right_click": _Spec(_clicker(button="right"), optional=("coordinate",)),
@@ -238,8 +250,8 @@ def _blocks(text: str) -> tuple[list[str], str]:
     outside.append(text[pos:])
     rest = "".join(outside)
     for tag in _THINK_TAGS:  # keep the thinking, drop the tags
-        rest = rest.replace(tag, "")
-    return blocks, rest.replace(_CLOSE, "").strip()
+        rest = rest.replace(tag, "\n")
+    return blocks, _BLANK_LINES.sub("\n\n", rest.replace(_CLOSE, "")).strip()
 
 
 def parse_qwen(text: str, tool_calls: list[dict] | None = None, *, pixels_per_click: float = 1.0) -> ParsedReply:

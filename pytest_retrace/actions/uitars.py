@@ -83,6 +83,15 @@ def _point(value: str, what: str) -> tuple[int, int]:
     return round(numbers[0]), round(numbers[1])
 
 
+def _typeable(text: str, what: str) -> str:
+    """`text`, unless it holds a lone surrogate ('\\ud800' is a valid literal): no key types one, and it
+    cannot even be encoded to send it."""
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        raise ActionError(f"{what} holds the lone surrogate {bad!r}, which is not a character")
+    return text
+
+
 def _keys(value: str, what: str) -> tuple[str, ...]:
     keys = tuple(value.split())
     if not keys:
@@ -160,7 +169,7 @@ def _single_key(kind: str) -> Builder:
 
 
 def _type(args: Args, options: _Options) -> Action:
-    return Action("type", text=args["content"])
+    return Action("type", text=_typeable(args["content"], "content"))
 
 
 _DIRECTIONS = {"down": ("dy", -1), "up": ("dy", 1), "right": ("dx", 1), "left": ("dx", -1)}
@@ -199,7 +208,7 @@ def _describe(node: ast.expr) -> str:
     if isinstance(node, ast.JoinedStr):
         return "an f-string"
     if isinstance(node, ast.Constant):
-        return f"a {type(node.value).__name__} constant"
+        return f"a constant of type {type(node.value).__name__}"
     return f"an expression of type {type(node).__name__}"
 
 

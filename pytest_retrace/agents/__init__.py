@@ -275,10 +275,15 @@ def parse_options(schema: type[Any], config: ModelConfig) -> Any:
         raise AgentConfigError(f"{config.where}: options.{where}: {err['msg']}") from None
 
 
+def agent_factory(config: ModelConfig) -> Any:
+    """The provider's factory (its class, usually), imported but not called: what a dry run may inspect."""
+    return _lookup(PROVIDERS, config.provider, "agent", config.where)
+
+
 def create_agent(config: ModelConfig) -> Agent:
     """Build the agent a config describes. Construction checks everything that can be checked offline
     (options, the API key's variable): a config error names the file and the field."""
-    return _construct(_lookup(PROVIDERS, config.provider, "agent", config.where), config)
+    return _construct(agent_factory(config), config)
 
 
 def create_chat(config: ModelConfig) -> ChatModel:
@@ -287,6 +292,6 @@ def create_chat(config: ModelConfig) -> ChatModel:
 
 __all__ = [
     "Agent", "AgentConfigError", "AgentContext", "AgentInfraError", "AgentTurn", "ChatModel", "HistoryStep",
-    "ModelConfig", "Observation", "STRATEGY_NAMES", "Usage", "create_agent", "create_chat", "load_model_config",
+    "ModelConfig", "Observation", "STRATEGY_NAMES", "Usage", "agent_factory", "create_agent", "create_chat", "load_model_config",
     "parse_options", "register_agent", "register_chat",
 ]

@@ -119,23 +119,25 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
 
     The agent sees the task instruction and the screen; each of its turns must hold exactly one action
     (multi-action turns are dropped, as in the paper); the run counts only if the evaluator succeeds."""
-    from ..agents import AgentTurn, Observation, RecoveryContext
+    from ..agents import AgentContext, AgentTurn, Observation
     from ..evaluators import evaluate
 
-    source = f"agent:{getattr(agent, 'name', type(agent).__name__)}:{task.id}"
+    source = f"agent:{agent.name}:{task.id}"
     env.reset(task, base_dir)
-    agent.start(RecoveryContext(instruction=task.instruction, strategy="implicit", budget=max_steps, history=[],
-                                t_seed=0, target_screenshot=None))
+    agent.start(AgentContext(instruction=task.instruction, mode="forward", strategy="implicit", budget=max_steps,
+                             screen=tuple(env.size)))
     steps: list[Step] = []
     for i in range(max_steps):
         shot = env.screenshot()
-        turn: AgentTurn = agent.act(Observation(shot, i))
+        turn: AgentTurn = agent.act(Observation(shot, i, max_steps - len(steps)))
+        if turn.invalid is not None:
+            return Dropped(source, f"step {i}: invalid reply: {turn.invalid}")
         real = [a for a in turn.actions if not a.terminal]
         if len(real) > 1:
             return Dropped(source, f"step {i}: {len(real)} actions in one step")
         if not real:
             if not turn.actions:
-                return Dropped(source, f"step {i}: missing action")
+                continue  # the model only looked (a screenshot request)
             break  # done / fail
         shot_path = None
         if shots_dir is not None:
@@ -151,5 +153,5 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
     ev = evaluate(task.evaluator, env, base_dir)
     if not ev.passed:
         return Dropped(source, f"unsuccessful rollout: {'; '.join(ev.details)}")
-    return Trajectory(id=f"{getattr(agent, 'name', 'agent')}-{task.id}", task=task, steps=steps, source=source,
+    return Trajectory(id=f"{agent.name}-{task.id}", task=task, steps=steps, source=source,
                       base_dir=base_dir)
