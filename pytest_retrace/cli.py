@@ -83,7 +83,8 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       osworld=[Path(p) for p in args.osworld],
                       osworld_examples=Path(args.osworld_examples) if args.osworld_examples else None,
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
-                      per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent)
+                      per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
+                      perturb_agents=args.perturb_agent)
     envs = [create_environment("xvfb") for _ in range(args.workers)]
     try:
         for env in envs:
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--scripted", action="append", default=[], help="dir of scripted rollouts (default rollouts/)")
     bld.add_argument("--agent", action="append", default=[],
                      help="also roll out this model (agents/NAME.yaml) on every scripted task")
+    bld.add_argument("--perturb-agent", action="append", default=[],
+                     help="also let this model (agents/NAME.yaml) make mistakes from each target (the paper's "
+                          "perturbation agent), besides the scripted catalogue")
     bld.add_argument("--osworld", action="append", default=[], help="an OSWorld results directory")
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
     bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .actions import Action
-from .agents import Agent, AgentInfraError, HistoryStep, Observation, Usage
+from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observation, Usage
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
 from .evaluators import Evaluation, evaluate
@@ -246,7 +246,16 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     result.r_tc = result.evaluation.passed
 
 
-def _recover(env: Environment, agent: Agent, context: Any, opts: ReplayOptions, result: RecoveryResult) -> None:
+def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) -> RecoveryResult:
+    """Let an agent act from the environment's current state under the same rules as a recovery (the
+    dataset pipeline's perturbation agent uses it); ``steps`` holds what it did."""
+    result = RecoveryResult("", 0.0, budget=budget)
+    _recover(env, agent, context, ReplayOptions(budget=budget), result)
+    return result
+
+
+def _recover(env: Environment, agent: Agent, context: AgentContext, opts: ReplayOptions,
+             result: RecoveryResult) -> None:
     """Let the agent act. The budget counts actions (the paper's steps): executed ones, ones the desktop
     refused and invalid replies; a turn that would exceed it is cut, and the result says how much."""
     try:

@@ -112,6 +112,37 @@ def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: 
     assert "agent:noop:mini-files: unsuccessful rollout" in text
 
 
+def test_a_perturbation_agent_makes_mistakes_that_are_verified_like_the_catalogue(env: XvfbEnvironment,
+                                                                                  tmp_path: Path) -> None:
+    """The paper's perturbation agent: any model config, prompted to make a mistake within d actions from
+    each target; its executed actions become the candidate's perturbation and pass the same checks."""
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    write_rollout(rollouts, "mini", GOOD + ["pyautogui.write('cat x.txt && clear\\n')"])
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    # a stand-in model whose "mistake" is a change of directory: hidden state, which only R_TC can see
+    (agents / "mistaker.yaml").write_text(yaml.safe_dump({"provider": "script", "options": {
+        "actions": ["pyautogui.write('cd /tmp && clear\\n')"]}}))
+    (agents / "idle.yaml").write_text("provider: noop\n")
+    catalogue = tmp_path / "catalogue.yaml"
+    catalogue.write_text("- {name: other, domains: [text-editor], horizon: short, intent: visible, mistake: m,\n"
+                         "   actions: [\"pyautogui.write('zz')\"]}\n")
+    log: list[str] = []
+    cfg = BuildConfig(work=tmp_path / "work", out=tmp_path / "cases", scripted=[rollouts], replays=2,
+                      seeds_per_trajectory=1, seed=1, catalogue=catalogue, agent_dirs=[agents],
+                      perturb_agents=["mistaker", "idle"])
+    Builder(cfg, [env], log=log.append).run()
+    text = "\n".join(log)
+    # per target: mistaker short + long (the same single action: one is a duplicate), idle short + long (nothing)
+    assert "[perturb] kept 2; excluded perturbation agent did nothing: 2" in text, text
+    [case] = [load_case(p) for p in (tmp_path / "cases").rglob("*.yaml")]
+    assert case.metadata["perturbation"].startswith("agent-mistaker-")
+    assert case.metadata["kind"] == "hidden-state" and case.metadata["intended_kind"] is None
+    assert [a.text for a in case.perturbation] == ["cd /tmp && clear\n"]
+    assert case.metadata["mistake"] == "scripted step 1"
+
+
 def test_shipped_catalogue_covers_the_mistakes_the_paper_names() -> None:
     catalogue = load_catalogue()
     mistakes = " | ".join(p.mistake for p in catalogue)

@@ -109,6 +109,54 @@ def test_mouse_click_reaches_the_app(env: XvfbEnvironment) -> None:
     env.execute(Action("key", keys=("esc",)))
 
 
+def test_held_keys_buttons_and_caps_lock_never_leak_into_the_next_case(env: XvfbEnvironment) -> None:
+    """An agent may end its turn holding shift, a mouse button, or with Caps Lock on: all of it lives in the
+    X server, which outlives reset, so reset must clear it or the next case on this worker types and clicks
+    differently."""
+    from Xlib import X
+    from Xlib import display as xdisplay
+
+    from pytest_retrace.envs.inputs import held_state
+
+    env.reset(MOUSEPAD, Path("."))
+    for action in (Action("key_down", keys=("shift",)), Action("key_down", keys=("ctrl",)),
+                   Action("mouse_down", 600, 400), Action("key", keys=("capslock",))):
+        env.execute(action)
+    dpy = xdisplay.Display(env.display)
+    try:
+        keys, buttons, mask = held_state(dpy)
+        assert keys and buttons == [1] and mask & X.LockMask, "the agent's held input did not reach the server"
+        env.reset(MOUSEPAD, Path("."))  # the next case on the same worker
+        keys, buttons, mask = held_state(dpy)
+        assert (keys, buttons, mask & (X.LockMask | X.ShiftMask | X.ControlMask)) == ([], [], 0)
+    finally:
+        dpy.close()
+    env.execute(Action("type", text="abc"))
+    env.execute(Action("hotkey", keys=("ctrl", "s")))
+    assert env.read_file("~/notes.txt") == b"abc"  # lower case, and a save: nothing was still held
+
+
+def test_keys_held_during_a_click_and_a_held_chord(env: XvfbEnvironment) -> None:
+    env.reset(MOUSEPAD, Path("."))
+    env.execute(Action("type", text="one two"))
+    env.execute(Action("click", 35, 80, hold=("shift",)))  # shift+click before "two": selects "two"
+    env.execute(Action("type", text="X"))  # replaces the selection
+    env.execute(Action("hotkey", keys=("shift",), seconds=0.5))  # Claude's hold_key: types nothing
+    env.execute(Action("hotkey", keys=("ctrl", "s")))
+    assert env.read_file("~/notes.txt") == b"one X"
+
+
+def test_an_action_the_desktop_refuses_is_action_failed_not_a_broken_env(env: XvfbEnvironment) -> None:
+    from pytest_retrace.envs import ActionFailed
+
+    env.reset(MOUSEPAD, Path("."))
+    with pytest.raises(ActionFailed, match="outside the 1280x800 screen"):
+        env.execute(Action("click", 1280, 10))
+    assert env.cursor_position() != (1280, 10)
+    env.execute(Action("move", 123, 456))
+    assert env.cursor_position() == (123, 456)
+
+
 def test_setup_failures_are_environment_errors(env: XvfbEnvironment) -> None:
     with pytest.raises(EnvError, match=r"setup\[0\].*exited 3"):
         env.reset(task({"type": "command", "command": "exit 3"}), Path("."))

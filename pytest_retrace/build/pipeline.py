@@ -88,6 +88,25 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
     return out
 
 
+@dataclass(frozen=True)
+class AgentPerturbation:
+    """The paper's LLM perturbation agent: a model, prompted to make a realistic mistake from the target
+    state within d actions (its actions become the candidate's perturbation, verified like a catalogue
+    entry's). Its intent is unknown, so its kind is measured alone."""
+
+    model: str
+    horizon: str
+    intent: None = None
+
+    @property
+    def name(self) -> str:
+        return f"agent-{self.model}-{self.horizon}"
+
+    @property
+    def d(self) -> int:
+        return D_FOR_HORIZON[self.horizon]
+
+
 @dataclass
 class BuildConfig:
     work: Path
@@ -96,6 +115,7 @@ class BuildConfig:
     osworld: list[Path] = field(default_factory=list)
     osworld_examples: Path | None = None
     agents: list[str] = field(default_factory=list)  # model configs rolled out on the scripted tasks
+    perturb_agents: list[str] = field(default_factory=list)  # model configs making mistakes (besides the catalogue)
     agent_dirs: list[Path] = field(default_factory=lambda: [Path("agents")])
     replays: int = 3
     seeds_per_trajectory: int = 3
@@ -126,6 +146,7 @@ class Builder:
 
     def __init__(self, cfg: BuildConfig, envs: list[Environment], log: Any = print) -> None:
         self.cfg, self.envs, self.log = cfg, envs, log
+        self._perturbers: dict[tuple[str, int], Any] = {}  # (model, id(env)) -> agent: one per desktop thread
 
     def _map(self, fn: Callable[[Environment, Any], Any], items: Iterable[Any]) -> list[Any]:
         from concurrent.futures import ThreadPoolExecutor
@@ -261,12 +282,19 @@ class Builder:
             traj = trajs[seed["trajectory"]]
             for p in self._choose(rng, [p for p in catalogue if traj.task.domain in p.domains]):
                 jobs.append((traj, seed["t_seed"], p))
+            jobs += [(traj, seed["t_seed"], AgentPerturbation(model, horizon))
+                     for model in self.cfg.perturb_agents for horizon in D_FOR_HORIZON]
         kept, dropped = [], Counter()
-        for outcome in self._map(self._perturb, jobs):
-            if isinstance(outcome, str):
-                dropped[outcome] += 1
-            else:
-                kept.append(outcome)
+        try:
+            for outcome in self._map(self._perturb, jobs):
+                if isinstance(outcome, str):
+                    dropped[outcome] += 1
+                else:
+                    kept.append(outcome)
+        finally:
+            for agent in self._perturbers.values():
+                agent.close()
+            self._perturbers.clear()
         self._finish("perturb", kept, **dropped)
 
     def _choose(self, rng: random.Random, applicable: list[Perturbation]) -> list[Perturbation]:
@@ -276,12 +304,54 @@ class Builder:
             groups[(p.intent, p.horizon)].append(p)
         return [rng.choice(groups[k]) for k in sorted(groups)][: self.cfg.perturbations_per_target]
 
-    def _perturb(self, env: Environment, job: tuple[Trajectory, int, Perturbation]) -> dict[str, Any] | str:
+    def _agent_mistake(self, env: Environment, traj: Trajectory, t_seed: int, target: np.ndarray,
+                       p: AgentPerturbation) -> tuple[tuple[Action, ...], str] | str:
+        """Let the perturbation agent act from the target state; its executed actions are the mistake."""
+        from ..agents import AgentContext, create_agent, load_model_config
+        from ..oracle import differing_pixels
+        from ..replay import InfraError, drive
+
+        key = (p.model, id(env))
+        if key not in self._perturbers:
+            self._perturbers[key] = create_agent(load_model_config(p.model, self.cfg.agent_dirs))
+        env.reset(traj.task, traj.base_dir)
+        for action in traj.actions[:t_seed]:
+            env.execute(action)
+        if differing_pixels(env.screenshot(), target) > 0:
+            return "target not reproduced"
+        context = AgentContext(instruction=traj.task.instruction, mode="perturbation", strategy="perturbation",
+                               budget=p.d, screen=tuple(env.size))
+        try:
+            ran = drive(env, self._perturbers[key], context, p.d)
+        except InfraError as exc:
+            self.log(f"  {traj.id}@{t_seed} {p.name}: {exc}, excluded")
+            return "crash"
+        done = [s for s in ran.steps if s.action["action"] not in ("done", "fail", "invalid")]
+        if ran.failed_actions or ran.agent_failure or any(s.error for s in done):
+            return "perturbation agent failed"  # an action that did not run cleanly cannot be replayed
+        if not done:
+            return "perturbation agent did nothing"
+        rationale = next((s.rationale for s in reversed(ran.steps) if s.rationale), "")
+        return tuple(Action.from_dict(s.action) for s in done), " ".join(rationale.split())[:300]
+
+    def _perturb(self, env: Environment, job: tuple[Trajectory, int, Perturbation | AgentPerturbation]
+                 ) -> dict[str, Any] | str:
         traj, t_seed, p = job
         target = load_png(self.cfg.work / "shots" / traj.id / f"step-{t_seed:03d}.png")
+        if isinstance(p, AgentPerturbation):
+            try:
+                made = self._agent_mistake(env, traj, t_seed, target, p)
+            except EnvError as exc:
+                self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
+                return "crash"
+            if isinstance(made, str):
+                return made
+            actions, mistake = made
+        else:
+            actions, mistake = p.actions, p.mistake
         try:
             # twice: a candidate whose error state or outcome varies is not a case
-            got = verify_candidate(env, traj.task, traj.base_dir, traj.actions[:t_seed], p.actions,
+            got = verify_candidate(env, traj.task, traj.base_dir, traj.actions[:t_seed], actions,
                                    traj.actions[t_seed:], runs=2, threshold=self.cfg.ssim_threshold,
                                    intent=p.intent, expect_target=target)
         except Rejected as exc:
@@ -294,18 +364,20 @@ class Builder:
         _save_png(got.error, err_png)
         self.log(f"  {cid}: {got.kind} (SSIM {got.ssim:.4f}, remaining gt {'succeeds' if got.suffix_passes else 'fails'})")
         return {"id": cid, "trajectory": traj.id, "t_seed": t_seed, "perturbation": p.name, "intent": p.intent,
-                "horizon": p.horizon, "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
+                "horizon": p.horizon, "d": p.d, "actions": [a.to_dict() for a in actions], "mistake": mistake,
+                "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
+                "identical": got.identical,
                 "target_digest": _digest(target), "error_digest": _digest(got.error), "error_png": str(err_png)}
 
     # -- 5 ----------------------------------------------------------------------------------------
     def stage_final(self) -> None:
         trajs = {i["id"]: Trajectory.from_json(i) for i in read_jsonl(self.path("consistent"))}
-        catalogue = {p.name: p for p in load_catalogue(self.cfg.catalogue)}
         dropped = Counter()
         unique: dict[tuple[str, str, str], dict[str, Any]] = {}
         for cand in read_jsonl(self.path("perturb")):
-            cand["kind"] = measured_kind(cand["suffix_passes"], cand["ssim"], cand["intent"], self.cfg.ssim_threshold)
-            if cand["ssim"] >= self.cfg.near_identical and cand["intent"] != "hidden-state":
+            cand["kind"] = measured_kind(cand["suffix_passes"], cand["ssim"], cand["intent"], self.cfg.ssim_threshold,
+                                         cand.get("identical", False))
+            if cand["ssim"] >= self.cfg.near_identical and cand["kind"] != "hidden-state":
                 dropped["near-identical"] += 1
                 continue
             task_id = trajs[cand["trajectory"]].task.id
@@ -332,11 +404,11 @@ class Builder:
         if self.cfg.out.exists():
             shutil.rmtree(self.cfg.out)
         for cand in chosen:
-            self._write_case(trajs[cand["trajectory"]], cand, catalogue[cand["perturbation"]])
+            self._write_case(trajs[cand["trajectory"]], cand)
         self._finish("final", chosen, **dropped)
         self.tables(trajs, chosen)
 
-    def _write_case(self, traj: Trajectory, cand: dict[str, Any], p: Perturbation) -> None:
+    def _write_case(self, traj: Trajectory, cand: dict[str, Any]) -> None:
         domain_dir = self.cfg.out / traj.task.domain
         case_dir = domain_dir / cand["id"]
         case_dir.mkdir(parents=True, exist_ok=True)
@@ -354,12 +426,13 @@ class Builder:
             "task": traj.task.model_dump(mode="json", exclude_defaults=True),
             "trajectory": [s.action.to_dict() for s in traj.steps],
             "t_seed": cand["t_seed"],
-            "perturbation": [a.to_dict() for a in p.actions],
-            "d": p.d,
+            "perturbation": cand["actions"],
+            "d": cand["d"],
             "screenshots": {"target": f"{cand['id']}/target.png", "error": f"{cand['id']}/error.png"},
             "metadata": {
-                "source_model": traj.source.split(":")[0], "source": traj.source, "horizon": p.horizon,
-                "kind": cand["kind"], "intended_kind": p.intent, "perturbation": p.name, "mistake": p.mistake,
+                "source_model": traj.source.split(":")[0], "source": traj.source, "horizon": cand["horizon"],
+                "kind": cand["kind"], "intended_kind": cand["intent"], "perturbation": cand["perturbation"],
+                "mistake": cand["mistake"],
                 "ssim_error_vs_target": cand["ssim"], "suffix_passes_from_error": cand["suffix_passes"],
                 "ground_truth": truth, "built_by": "retrace build",
             },

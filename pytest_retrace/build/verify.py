@@ -41,19 +41,22 @@ class Verified:
     suffix_passes: bool
     ssim: float  # SSIM(error, target)
     kind: str  # measured: visible | subtle | hidden-state | visual-only
+    identical: bool  # the error screen equals the target screen pixel for pixel (masks applied)
     runs: int
     worst_px: dict[str, int]  # most pixels by which a run's target / error screen differed from the first run's
 
 
-def measured_kind(suffix_passes: bool, sim: float, intent: str | None, threshold: float) -> str:
+def measured_kind(suffix_passes: bool, sim: float, intent: str | None, threshold: float,
+                  identical: bool = False) -> str:
     """Which half of the oracle R = R_TC ∧ R_O catches the error, measured, not assumed:
-    visible (both), subtle (on screen, but SSIM >= threshold: R_TC only), hidden-state (meant to be
-    off screen and it is: R_TC only), visual-only (the remaining gt actions still succeed: R_O only)."""
+    visible (both), subtle (on screen, but SSIM >= threshold: R_TC only), hidden-state (off screen: R_TC
+    only), visual-only (the remaining gt actions still succeed: R_O only). A mistake of unknown intent (the
+    perturbation agent's) is hidden-state only when its screen equals the target pixel for pixel."""
     if suffix_passes:
         return "visual-only"
     if sim < threshold:
         return "visible"
-    return "hidden-state" if intent == "hidden-state" else "subtle"
+    return "hidden-state" if intent == "hidden-state" or identical else "subtle"
 
 
 def replay(env: Environment, task: Task, base_dir: Path, actions: Sequence[Action]) -> None:
@@ -95,10 +98,12 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         raise Rejected("nondeterministic", f"the remaining gt actions succeed on some of {runs} runs only: {verdicts}")
     passed = verdicts[0]
     sim = ssim(errors[0], targets[0], masks)
+    identical = differing_pixels(errors[0], targets[0], masks) == 0
     if passed and sim >= threshold:
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state and its "
                                        f"screen matches the target (SSIM {sim:.4f} >= {threshold})")
     if passed and intent not in (None, "visual-only"):
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state (intended "
                                        f"{intent}; a harmless mistake is kept only if meant to be visual-only)")
-    return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, intent, threshold), runs, worst)
+    return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, intent, threshold, identical),
+                    identical, runs, worst)
