@@ -13,43 +13,9 @@ import time
 
 import pytest
 
-from .conftest import REPO, retrace_processes
+from .conftest import assert_no_leftovers, groups, records, summary
 
 pytest_plugins = ["pytester"]
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
-            monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A copy of the repository's suite (cases + agents) in a fresh directory, with its own TMPDIR so
-    the processes of this session can be told apart from other test workers' desktops."""
-    shutil.copytree(REPO / "tests" / "data" / "cases", pytester.path / "cases")
-    shutil.copytree(REPO / "agents", pytester.path / "agents")
-    pytester.makeini("[pytest]\ntestpaths = cases\n")
-    tmp = tmp_path_factory.mktemp("envtmp")
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    pytester._retrace_tmp = tmp  # type: ignore[attr-defined]
-    return pytester
-
-
-def summary(p: pytest.Pytester, run: str) -> dict:
-    return json.loads((p.path / "reports" / run / "summary.json").read_text())
-
-
-def records(p: pytest.Pytester, run: str) -> list[dict]:
-    return [json.loads(line) for line in (p.path / "reports" / run / "results.jsonl").read_text().splitlines()]
-
-
-def groups(s: dict) -> dict[str, dict]:
-    return {g["model"]: g for g in s["groups"]}
-
-
-def assert_no_leftovers(p: pytest.Pytester) -> None:
-    tmp = str(p._retrace_tmp)  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 5
-    while (left := retrace_processes(tmp)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left == {}, f"processes outlived the session: {left}"
 
 
 def test_calibration_and_identical_summaries_with_and_without_xdist(project: pytest.Pytester) -> None:
