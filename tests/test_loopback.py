@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 import anthropic
+import numpy as np
 import openai
 import pydantic
 import pytest
@@ -59,7 +60,9 @@ def claude(server: LoopbackServer, **kw: Any) -> anthropic.Anthropic:
 
 def oai(server: LoopbackServer, **kw: Any) -> openai.OpenAI:
     kw.setdefault("max_retries", 0)
-    return openai.OpenAI(api_key="sk-test", base_url=server.openai_url, _strict_response_validation=True, **kw)
+    return openai.OpenAI(
+        api_key="sk-test", base_url=server.openai_url, _strict_response_validation=True, **kw
+    )
 
 
 def always_ok(request: Request) -> Reply:
@@ -85,11 +88,21 @@ def image_block(b64: str, media_type: str = "image/png") -> dict:
 
 
 def tool_result(tool_use_id: str, *, image: str | None = None, **extra: Any) -> dict:
-    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": [image_block(image or SHOT)], **extra}
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": [image_block(image or SHOT)],
+        **extra,
+    }
 
 
 SHOT = png_b64(64, 48)
-CLASSIC = {"type": "computer_20251124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}
+CLASSIC = {
+    "type": "computer_20251124",
+    "name": "computer",
+    "display_width_px": 1280,
+    "display_height_px": 800,
+}
 TOOLSET = {"type": "computer_toolset_20260801"}
 
 # --- builders round-trip through the SDKs -----------------------------------------------------------------------
@@ -97,7 +110,11 @@ TOOLSET = {"type": "computer_toolset_20260801"}
 
 def test_claude_classic_tool_use_parses_in_the_beta_sdk() -> None:
     reply = anthropic_message(
-        [thinking_block("look first"), text_block("clicking"), claude_computer("left_click", coordinate=[10, 20])],
+        [
+            thinking_block("look first"),
+            text_block("clicking"),
+            claude_computer("left_click", coordinate=[10, 20]),
+        ],
         usage={"input_tokens": 7},
     )
     with LoopbackServer(Script([Reply(reply)])) as server:
@@ -109,7 +126,11 @@ def test_claude_classic_tool_use_parses_in_the_beta_sdk() -> None:
             betas=["computer-use-2025-11-24"],
         )
     assert type(msg).__name__ == "BetaMessage"
-    assert [type(b).__name__ for b in msg.content] == ["BetaThinkingBlock", "BetaTextBlock", "BetaToolUseBlock"]
+    assert [type(b).__name__ for b in msg.content] == [
+        "BetaThinkingBlock",
+        "BetaTextBlock",
+        "BetaToolUseBlock",
+    ]
     assert msg.content[0].signature.startswith("sig-")
     use = msg.content[2]
     assert use.type == "tool_use" and use.name == "computer" and use.id.startswith("toolu_")
@@ -134,8 +155,16 @@ def test_claude_stop_reason_defaults_to_end_turn_without_tool_use() -> None:
         ("left_click", {"coordinate": [3, 4]}, "ComputerLeftClickToolUseBlock"),
         ("key", {"text": "ctrl+s", "repeat": 2}, "ComputerKeyToolUseBlock"),
         ("type", {"text": "hello"}, "ComputerTypeToolUseBlock"),
-        ("scroll", {"coordinate": [5, 6], "scroll_direction": "down", "scroll_amount": 3}, "ComputerScrollToolUseBlock"),
-        ("left_click_drag", {"start_coordinate": [1, 1], "coordinate": [9, 9]}, "ComputerLeftClickDragToolUseBlock"),
+        (
+            "scroll",
+            {"coordinate": [5, 6], "scroll_direction": "down", "scroll_amount": 3},
+            "ComputerScrollToolUseBlock",
+        ),
+        (
+            "left_click_drag",
+            {"start_coordinate": [1, 1], "coordinate": [9, 9]},
+            "ComputerLeftClickDragToolUseBlock",
+        ),
         ("screenshot", {}, "ComputerScreenshotToolUseBlock"),
         ("zoom", {"region": [0, 0, 100, 100]}, "ComputerZoomToolUseBlock"),
     ],
@@ -145,10 +174,16 @@ def test_claude_toolset_member_parses_into_the_typed_member_block(name: str, arg
     with LoopbackServer(Script([reply, reply])) as server:
         client = claude(server)
         msg = client.messages.create(
-            model="claude-sonnet-5-5", max_tokens=1024, messages=[{"role": "user", "content": "go"}], tools=[TOOLSET]
+            model="claude-sonnet-5-5",
+            max_tokens=1024,
+            messages=[{"role": "user", "content": "go"}],
+            tools=[TOOLSET],
         )
         beta = client.beta.messages.create(  # the beta client parses it too (its `caller` is optional there)
-            model="claude-sonnet-5-5", max_tokens=1024, messages=[{"role": "user", "content": "go"}], tools=[TOOLSET]
+            model="claude-sonnet-5-5",
+            max_tokens=1024,
+            messages=[{"role": "user", "content": "go"}],
+            tools=[TOOLSET],
         )
     assert "anthropic-beta" not in server.requests[0].headers  # GA: no beta header needed
     block = msg.content[0]
@@ -193,15 +228,25 @@ def test_openai_responses_ga_computer_call_parses() -> None:
 
 def test_openai_responses_preview_computer_call_with_safety_checks_parses() -> None:
     reply = openai_response(
-        [computer_call(action={"type": "scroll", "x": 1, "y": 2, "scroll_x": 0, "scroll_y": 300},
-                       pending_safety_checks=[{"id": "cu_sc_1", "code": "irrelevant_domain"}])]  # fmt: skip
+        [
+            computer_call(
+                action={"type": "scroll", "x": 1, "y": 2, "scroll_x": 0, "scroll_y": 300},
+                pending_safety_checks=[{"id": "cu_sc_1", "code": "irrelevant_domain"}],
+            )
+        ]
     )
     with LoopbackServer(Script([Reply(reply)])) as server:
         resp = oai(server).responses.create(
             model="computer-use-preview",
             input=[{"role": "user", "content": "scroll"}],
-            tools=[{"type": "computer_use_preview", "display_width": 1280, "display_height": 800,
-                    "environment": "linux"}],  # fmt: skip
+            tools=[
+                {
+                    "type": "computer_use_preview",
+                    "display_width": 1280,
+                    "display_height": 800,
+                    "environment": "linux",
+                }
+            ],
             truncation="auto",
         )
     call = resp.output[0]
@@ -223,8 +268,15 @@ def test_chat_completion_parses_content_and_tool_calls() -> None:
     script = Script(
         [
             Reply(chat_completion("Thought: click\nAction: click(start_box='(1,2)')")),
-            Reply(chat_completion(None, tool_calls=[{"name": "computer_use", "arguments": {"action": "key"}},
-                                                    {"name": "noop", "arguments": "{}", "id": "call_x"}])),  # fmt: skip
+            Reply(
+                chat_completion(
+                    None,
+                    tool_calls=[
+                        {"name": "computer_use", "arguments": {"action": "key"}},
+                        {"name": "noop", "arguments": "{}", "id": "call_x"},
+                    ],
+                )
+            ),
         ]
     )
     with LoopbackServer(script) as server:
@@ -254,7 +306,9 @@ def test_base_url_environment_variables_reach_the_server(monkeypatch: pytest.Mon
         msg = anthropic.Anthropic(max_retries=0).messages.create(
             model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
-        resp = openai.OpenAI(max_retries=0).responses.create(model="m", input=[{"role": "user", "content": "hi"}])
+        resp = openai.OpenAI(max_retries=0).responses.create(
+            model="m", input=[{"role": "user", "content": "hi"}]
+        )
         chat = openai.OpenAI(max_retries=0).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}]
         )
@@ -272,17 +326,25 @@ def test_base_url_environment_variables_reach_the_server(monkeypatch: pytest.Mon
 
 def test_claude_toolset_turn_with_sdk_objects_passed_back() -> None:
     first = anthropic_message(
-        [thinking_block("plan"), claude_toolset("left_click", coordinate=[1, 2]), claude_toolset("screenshot")]
+        [
+            thinking_block("plan"),
+            claude_toolset("left_click", coordinate=[1, 2]),
+            claude_toolset("screenshot"),
+        ]
     )
     with LoopbackServer(Script([Reply(first), Reply(anthropic_message([text_block("done")]))])) as server:
         client = claude(server)
-        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "go"}, image_block(SHOT)]}]
+        messages: list[dict] = [
+            {"role": "user", "content": [{"type": "text", "text": "go"}, image_block(SHOT)]}
+        ]
         msg = client.messages.create(model="m", max_tokens=2048, messages=messages, tools=[TOOLSET])
         uses = [b for b in msg.content if b.type == "tool_use"]
         messages += [
             {"role": "assistant", "content": msg.content},
-            {"role": "user", "content": [tool_result(u.id, toolset_name="computer", image=png_b64(32, 16))
-                                         for u in uses]},  # fmt: skip
+            {
+                "role": "user",
+                "content": [tool_result(u.id, toolset_name="computer", image=png_b64(32, 16)) for u in uses],
+            },
         ]
         done = client.messages.create(model="m", max_tokens=2048, messages=messages, tools=[TOOLSET])
     assert done.content[0].text == "done"
@@ -310,22 +372,30 @@ def test_openai_responses_turn_with_sdk_objects_passed_back() -> None:
 
 
 def test_openai_previous_response_id_chain_is_checked() -> None:
-    first = openai_response([computer_call(actions=[{"type": "wait"}], pending_safety_checks=[{"id": "sc_9"}])])
+    first = openai_response(
+        [computer_call(actions=[{"type": "wait"}], pending_safety_checks=[{"id": "sc_9"}])]
+    )
     script = Script([Reply(first), Reply(openai_response([message_item("done")]))])
     with LoopbackServer(script) as server:
         client = oai(server)
-        resp = client.responses.create(model="g", input=[{"role": "user", "content": "go"}], tools=[{"type": "computer"}])
+        resp = client.responses.create(
+            model="g", input=[{"role": "user", "content": "go"}], tools=[{"type": "computer"}]
+        )
         call_id = resp.output[0].call_id
         output = {"type": "computer_call_output", "call_id": call_id,
                   "output": {"type": "computer_screenshot", "image_url": data_url(8, 8)}}  # fmt: skip
         with pytest.raises(openai.BadRequestError, match="Previous response with id 'resp_nope' not found"):
             client.responses.create(model="g", previous_response_id="resp_nope", input=[output])
         with pytest.raises(openai.BadRequestError, match=f"No tool output found for computer call {call_id}"):
-            client.responses.create(model="g", previous_response_id=resp.id, input=[{"role": "user", "content": "?"}])
+            client.responses.create(
+                model="g", previous_response_id=resp.id, input=[{"role": "user", "content": "?"}]
+            )
         with pytest.raises(openai.BadRequestError, match=r"exactly those ids, got \[\]"):
             client.responses.create(model="g", previous_response_id=resp.id, input=[output])
         done = client.responses.create(
-            model="g", previous_response_id=resp.id, input=[{**output, "acknowledged_safety_checks": [{"id": "sc_9"}]}]
+            model="g",
+            previous_response_id=resp.id,
+            input=[{**output, "acknowledged_safety_checks": [{"id": "sc_9"}]}],
         )
     assert done.output_text == "done"
     assert script.remaining == 0
@@ -334,7 +404,13 @@ def test_openai_previous_response_id_chain_is_checked() -> None:
 # --- strict checks: Anthropic -------------------------------------------------------------------------------------
 
 USE_ID = "toolu_01"
-TOOLSET_USE = {"type": "tool_use", "id": USE_ID, "name": "left_click", "input": {}, "toolset_name": "computer"}
+TOOLSET_USE = {
+    "type": "tool_use",
+    "id": USE_ID,
+    "name": "left_click",
+    "input": {},
+    "toolset_name": "computer",
+}
 CLASSIC_USE = {"type": "tool_use", "id": USE_ID, "name": "computer", "input": {"action": "screenshot"}}
 SIGNED = {"type": "thinking", "thinking": "hm", "signature": "sig-1"}
 
@@ -390,8 +466,10 @@ ANTHROPIC_CASES = {
         "needs the anthropic-beta header 'computer-use-2025-01-24' (got: computer-use-2025-11-24)",
     ),
     "enable_zoom on computer_20250124": (
-        classic(tools=[{**CLASSIC, "type": "computer_20250124", "enable_zoom": True}],
-                betas=["computer-use-2025-01-24"]),  # fmt: skip
+        classic(
+            tools=[{**CLASSIC, "type": "computer_20250124", "enable_zoom": True}],
+            betas=["computer-use-2025-01-24"],
+        ),
         "tools.0.computer_20250124.enable_zoom: Extra inputs are not permitted",
     ),
     "classic tool without display_height_px": (
@@ -403,22 +481,32 @@ ANTHROPIC_CASES = {
         "tools.0.computer_20251124.name: Input should be 'computer'",
     ),
     "toolset entry with classic fields": (
-        classic(tools=[{**TOOLSET, "name": "computer", "display_width_px": 1280}], betas=[],
-                messages=classic_turn(assistant=[TOOLSET_USE], answer=[tool_result(USE_ID, toolset_name="computer")])),
+        classic(
+            tools=[{**TOOLSET, "name": "computer", "display_width_px": 1280}],
+            betas=[],
+            messages=classic_turn(
+                assistant=[TOOLSET_USE], answer=[tool_result(USE_ID, toolset_name="computer")]
+            ),
+        ),
         "tools.0.computer_toolset_20260801.display_width_px: Extra inputs are not permitted",
-    ),  # fmt: skip
+    ),
     "toolset configs with an unknown member": (
-        classic(tools=[{**TOOLSET, "configs": {"teleport": {"enabled": False}}}], betas=[], messages=[
-            {"role": "user", "content": "hi"}]),
+        classic(
+            tools=[{**TOOLSET, "configs": {"teleport": {"enabled": False}}}],
+            betas=[],
+            messages=[{"role": "user", "content": "hi"}],
+        ),
         "configs.teleport: not a member of the computer toolset",
-    ),  # fmt: skip
+    ),
     "thinking block without its signature": (
         classic(messages=classic_turn(assistant=[{"type": "thinking", "thinking": "hm"}, CLASSIC_USE])),
         "messages.1.content.0.thinking.signature: Field required",
     ),
     "five cache_control markers": (
         classic(
-            system=[{"type": "text", "text": f"s{i}", "cache_control": {"type": "ephemeral"}} for i in range(4)],
+            system=[
+                {"type": "text", "text": f"s{i}", "cache_control": {"type": "ephemeral"}} for i in range(4)
+            ],
             tools=[{**CLASSIC, "cache_control": {"type": "ephemeral"}}],
         ),
         "A maximum of 4 blocks with cache_control may be provided. Found 5.",
@@ -431,15 +519,41 @@ ANTHROPIC_CASES = {
         classic(messages=[{"role": "user", "content": [image_block(png_b64(8, 8, "JPEG"), "image/jpeg")]}]),
         "image media type must be image/png, got 'image/jpeg'",
     ),
+    "a truncated PNG": (
+        classic(messages=[{"role": "user", "content": [image_block(png_b64(8, 8)[:-24])]}]),
+        "messages.0.content.0.source.data: the image could not be decoded",
+    ),
+    "an image wider than 8000 px": (
+        classic(messages=[{"role": "user", "content": [image_block(png_b64(8001, 2))]}]),
+        "messages.0.content.0.source: image dimensions exceed max allowed size: 8000 pixels (8001x2)",
+    ),
+    "21 images, one wider than 2000 px": (
+        classic(
+            messages=[{"role": "user", "content": [image_block(png_b64(2001, 2))] + [image_block(SHOT)] * 20}]
+        ),
+        "exceed max allowed size (a request with more than 20 images): 2000 pixels (2001x2)",
+    ),
+    "101 images": (
+        classic(messages=[{"role": "user", "content": [image_block(png_b64(2, 2))] * 101}]),
+        "Too many images in the request: 101, the maximum is 100",
+    ),
     "invalid base64": (
         classic(messages=[{"role": "user", "content": [image_block("not base64!")]}]),
         "messages.0.content.0.source.data: the image's base64 data is invalid",
     ),
     "a URL image": (
-        classic(messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]),
+        classic(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+                    ],
+                }
+            ]
+        ),
         "messages.0.content.0.source: loopback accepts only base64 PNG images",
-    ),  # fmt: skip
+    ),
     "tool_use without tools": (
         classic(tools=[], betas=[]),
         "Requests which include `tool_use` or `tool_result` blocks must define tools.",
@@ -450,9 +564,8 @@ ANTHROPIC_CASES = {
 @pytest.mark.parametrize("case", ANTHROPIC_CASES)
 def test_anthropic_strict_check_rejects(case: str) -> None:
     request, message = ANTHROPIC_CASES[case]
-    with LoopbackServer(always_ok) as server:
-        with pytest.raises(anthropic.BadRequestError) as err:
-            claude(server).beta.messages.create(**request)
+    with LoopbackServer(always_ok) as server, pytest.raises(anthropic.BadRequestError) as err:
+        claude(server).beta.messages.create(**request)
     assert err.value.status_code == 400
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
     assert message in err.value.body["error"]["message"], err.value.body["error"]["message"]
@@ -485,17 +598,64 @@ def test_anthropic_strict_check_accepts(case: str) -> None:
     assert server.requests[0].error is None
 
 
-def test_anthropic_missing_max_tokens_is_rejected() -> None:
-    # the typed method cannot leave max_tokens out; the SDK's raw post can
-    with LoopbackServer(always_ok) as server:
-        with pytest.raises(anthropic.BadRequestError, match="max_tokens: Field required"):
-            claude(server).post(
-                "/v1/messages", body={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, cast_to=object
-            )
+def test_anthropic_rejects_an_image_over_5_mb() -> None:
+    noise = np.random.default_rng(0).integers(0, 256, (1400, 1400, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, format="PNG", compress_level=0)
+    big = base64.b64encode(buf.getvalue()).decode()
+    with (
+        LoopbackServer(always_ok) as server,
+        pytest.raises(
+            anthropic.BadRequestError, match=r"source.data: image exceeds 5 MB maximum: \d+ bytes > 5242880"
+        ),
+    ):
+        claude(server).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": [image_block(big)]}]
+        )
+    assert server.requests[0].images == [(1400, 1400)]
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"model": "m", "messages": HI}, "max_tokens: Field required"),
+        ({"max_tokens": 5, "messages": HI}, "model: Field required"),
+        ({"model": "m", "max_tokens": 5}, "messages: Field required"),
+        ({"model": "m", "max_tokens": 5, "messages": []}, "messages: at least one message is required"),
+        (
+            {
+                "model": "m",
+                "max_tokens": 5000,
+                "messages": HI,
+                "thinking": {"type": "enabled", "budget_tokens": 500},
+            },
+            "thinking.enabled.budget_tokens: Input should be >= 1024, got 500",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 2000,
+                "messages": HI,
+                "thinking": {"type": "enabled", "budget_tokens": 2000},
+            },
+            "`max_tokens` must be greater than `thinking.budget_tokens`",
+        ),
+    ],
+)
+def test_anthropic_top_level_fields_are_checked(body: dict, message: str) -> None:
+    # the typed method cannot leave these out; the SDK's raw post can
+    with LoopbackServer(always_ok) as server, pytest.raises(anthropic.BadRequestError) as err:
+        claude(server).post("/v1/messages", body=body, cast_to=object)
+    assert message in err.value.body["error"]["message"]
 
 
 def test_missing_auth_version_and_bad_json_are_refused_like_the_real_apis() -> None:
-    body = json.dumps({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    body = json.dumps(
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
     with LoopbackServer(always_ok) as server:
         msgs = server.url + "/v1/messages"
         status, err = raw_post(msgs, body, {"anthropic-version": "2023-06-01"})
@@ -523,7 +683,9 @@ def test_missing_auth_version_and_bad_json_are_refused_like_the_real_apis() -> N
 # --- strict checks: OpenAI Responses --------------------------------------------------------------------------------
 
 GA = [{"type": "computer"}]
-PREVIEW = [{"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}]
+PREVIEW = [
+    {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}
+]
 CALL = {"type": "computer_call", "id": "cu_1", "call_id": "call_1", "status": "completed",
         "actions": [{"type": "screenshot"}], "pending_safety_checks": []}  # fmt: skip
 
@@ -535,82 +697,107 @@ def call_output(call_id: str = "call_1", image_url: str | None = None, **extra: 
 
 USER = {"role": "user", "content": "go"}
 RESPONSES_CASES = {
-    "string input": (dict(input="go", tools=GA), "expects a list of input items"),
+    "string input": ({"input": "go", "tools": GA}, "expects a list of input items"),
     "computer_call without its output": (
-        dict(input=[USER, CALL], tools=GA),
+        {"input": [USER, CALL], "tools": GA},
         "No tool output found for computer call call_1",
     ),
     "output before its call": (
-        dict(input=[USER, call_output(), CALL], tools=GA),
+        {"input": [USER, call_output(), CALL], "tools": GA},
         "No tool call found for computer call output with call_id call_1",
     ),
     "output of the wrong shape": (
-        dict(input=[USER, CALL, {**call_output(), "output": {"type": "input_image", "image_url": data_url(2, 2)}}],
-             tools=GA),
-        "Invalid 'input[2].output': expected {\"type\": \"computer_screenshot\"",
-    ),  # fmt: skip
+        {
+            "input": [
+                USER,
+                CALL,
+                {**call_output(), "output": {"type": "input_image", "image_url": data_url(2, 2)}},
+            ],
+            "tools": GA,
+        },
+        'Invalid \'input[2].output\': expected {"type": "computer_screenshot"',
+    ),
     "an https screenshot": (
-        dict(input=[USER, CALL, call_output(image_url="https://example.com/s.png")], tools=GA),
+        {"input": [USER, CALL, call_output(image_url="https://example.com/s.png")], "tools": GA},
         "input[2].output.image_url: loopback accepts only base64 data URLs",
     ),
     "a JPEG screenshot": (
-        dict(input=[USER, CALL, call_output(image_url=data_url(4, 4, "JPEG", "image/jpeg"))], tools=GA),
+        {"input": [USER, CALL, call_output(image_url=data_url(4, 4, "JPEG", "image/jpeg"))], "tools": GA},
         "image media type must be image/png, got 'image/jpeg'",
     ),
     "unacknowledged safety checks": (
-        dict(input=[USER, {**CALL, "pending_safety_checks": [{"id": "sc_1", "code": "x", "message": "y"}]},
-                    call_output()], tools=GA),
+        {
+            "input": [
+                USER,
+                {**CALL, "pending_safety_checks": [{"id": "sc_1", "code": "x", "message": "y"}]},
+                call_output(),
+            ],
+            "tools": GA,
+        },
         "its acknowledged_safety_checks must carry exactly those ids, got []",
-    ),  # fmt: skip
+    ),
     "wrongly acknowledged safety checks": (
-        dict(input=[USER, {**CALL, "pending_safety_checks": [{"id": "sc_1"}]},
-                    call_output(acknowledged_safety_checks=[{"id": "sc_2"}])], tools=GA),
+        {
+            "input": [
+                USER,
+                {**CALL, "pending_safety_checks": [{"id": "sc_1"}]},
+                call_output(acknowledged_safety_checks=[{"id": "sc_2"}]),
+            ],
+            "tools": GA,
+        },
         "pending_safety_checks are ['sc_1']",
-    ),  # fmt: skip
+    ),
     "GA tool with display fields": (
-        dict(input=[USER], tools=[{"type": "computer", "display_width": 1024}]),
+        {"input": [USER], "tools": [{"type": "computer", "display_width": 1024}]},
         "Unknown parameter: 'tools[0].display_width'.",
     ),
     "preview tool without environment": (
-        dict(input=[USER], tools=[{k: v for k, v in PREVIEW[0].items() if k != "environment"}]),
+        {"input": [USER], "tools": [{k: v for k, v in PREVIEW[0].items() if k != "environment"}]},
         "Missing required parameter: 'tools[0].environment'.",
     ),
     "preview tool with a bad environment": (
-        dict(input=[USER], tools=[{**PREVIEW[0], "environment": "amiga"}]),
+        {"input": [USER], "tools": [{**PREVIEW[0], "environment": "amiga"}]},
         "Invalid value: 'amiga'.",
     ),
     "preview tool with an extra field": (
-        dict(input=[USER], tools=[{**PREVIEW[0], "display_number": 1}]),
+        {"input": [USER], "tools": [{**PREVIEW[0], "display_number": 1}]},
         "Unknown parameter: 'tools[0].display_number'.",
     ),
     "a JPEG input_image": (
-        dict(input=[{"role": "user", "content": [{"type": "input_image", "detail": "auto",
-                                                  "image_url": data_url(4, 4, "JPEG")}]}]),
+        {
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_image", "detail": "auto", "image_url": data_url(4, 4, "JPEG")}
+                    ],
+                }
+            ]
+        },
         "input[0].content[0].image_url: Image does not match the provided media type image/png",
-    ),  # fmt: skip
+    ),
 }
 
 
 @pytest.mark.parametrize("case", RESPONSES_CASES)
 def test_openai_responses_strict_check_rejects(case: str) -> None:
     request, message = RESPONSES_CASES[case]
-    with LoopbackServer(always_ok) as server:
-        with pytest.raises(openai.BadRequestError) as err:
-            oai(server).responses.create(model="gpt-5.4", **request)
+    with LoopbackServer(always_ok) as server, pytest.raises(openai.BadRequestError) as err:
+        oai(server).responses.create(model="gpt-5.4", **request)
     assert err.value.status_code == 400 and err.value.type == "invalid_request_error"
     assert message in err.value.message, err.value.message
 
 
 RESPONSES_ACCEPTED = {
-    "GA turn": dict(input=[USER, CALL, call_output()], tools=GA),
-    "preview turn with acknowledged checks": dict(
-        input=[USER, {**CALL, "actions": None, "action": {"type": "wait"}, "pending_safety_checks": [{"id": "a"},
+    "GA turn": {"input": [USER, CALL, call_output()], "tools": GA},
+    "preview turn with acknowledged checks": {
+        "input": [USER, {**CALL, "actions": None, "action": {"type": "wait"}, "pending_safety_checks": [{"id": "a"},
                {"id": "b"}]}, call_output(acknowledged_safety_checks=[{"id": "b"}, {"id": "a", "code": "c"}])],
-        tools=PREVIEW, truncation="auto"),
-    "function tools and input_image": dict(
-        input=[{"role": "user", "content": [{"type": "input_text", "text": "see"},
+        "tools": PREVIEW, "truncation": "auto"},
+    "function tools and input_image": {
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "see"},
                {"type": "input_image", "detail": "auto", "image_url": data_url(6, 5)}]}],
-        tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}]),
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
 }  # fmt: skip
 
 
@@ -656,9 +843,8 @@ CHAT_CASES = {
 @pytest.mark.parametrize("case", CHAT_CASES)
 def test_openai_chat_strict_check_rejects(case: str) -> None:
     messages, message = CHAT_CASES[case]
-    with LoopbackServer(always_ok) as server:
-        with pytest.raises(openai.BadRequestError) as err:
-            oai(server).chat.completions.create(model="ui-tars", messages=messages)
+    with LoopbackServer(always_ok) as server, pytest.raises(openai.BadRequestError) as err:
+        oai(server).chat.completions.create(model="ui-tars", messages=messages)
     assert err.value.status_code == 400 and message in err.value.message, err.value.message
 
 
@@ -671,12 +857,17 @@ def test_openai_chat_strict_check_accepts_a_tool_turn_with_images() -> None:
         {"role": "user", "content": [image_part({"url": data_url(56, 28), "detail": "high"})]},
     ]
     with LoopbackServer(always_ok) as server:
-        assert oai(server).chat.completions.create(model="q", messages=messages).choices[0].message.content == "ok"
+        assert (
+            oai(server).chat.completions.create(model="q", messages=messages).choices[0].message.content
+            == "ok"
+        )
     assert server.requests[0].images == [(28, 14), (56, 28)]
 
 
 def test_lenient_mode_passes_wrong_requests_and_still_records_images() -> None:
-    body = classic(messages=classic_turn(answer=[{"type": "text", "text": "no result"}, image_block(SHOT)]), betas=[])
+    body = classic(
+        messages=classic_turn(answer=[{"type": "text", "text": "no result"}, image_block(SHOT)]), betas=[]
+    )
     with LoopbackServer(always_ok, strict=False) as server:
         assert claude(server).beta.messages.create(**body).content[0].text == "ok"
     assert server.requests[0].error is None and server.requests[0].images == [(64, 48)]
@@ -704,9 +895,9 @@ def test_429_with_retry_after_is_retried_by_the_sdk(provider: str) -> None:
 
 
 def test_429_without_retries_raises_rate_limit_error() -> None:
-    with LoopbackServer(Script([Reply.error("anthropic", 429, "slow down", {"retry-after": "1"})])) as server:
-        with pytest.raises(anthropic.RateLimitError) as err:
-            claude(server).messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    script = Script([Reply.error("anthropic", 429, "slow down", {"retry-after": "1"})])
+    with LoopbackServer(script) as server, pytest.raises(anthropic.RateLimitError) as err:
+        claude(server).messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert err.value.body["error"] == {"type": "rate_limit_error", "message": "slow down"}
     assert err.value.response.headers["retry-after"] == "1"
 
@@ -716,7 +907,9 @@ def test_500_raises_internal_server_error() -> None:
                      "openai-chat": [Reply.error("openai-chat", 503, "down")]})  # fmt: skip
     with LoopbackServer(script) as server:
         with pytest.raises(anthropic.InternalServerError, match="boom"):
-            claude(server).messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+            claude(server).messages.create(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
         with pytest.raises(openai.InternalServerError, match="down") as err:
             oai(server).chat.completions.create(model="m", messages=[USER])
     assert err.value.status_code == 503 and err.value.type == "server_error"
@@ -724,10 +917,15 @@ def test_500_raises_internal_server_error() -> None:
 
 def test_reply_error_bodies_are_provider_shaped() -> None:
     a = Reply.error("anthropic", 529, "overloaded", delay=0.5)
-    assert a.body["type"] == "error" and a.body["error"] == {"type": "overloaded_error", "message": "overloaded"}
+    assert a.body["type"] == "error" and a.body["error"] == {
+        "type": "overloaded_error",
+        "message": "overloaded",
+    }
     assert (a.status, a.delay) == (529, 0.5)
     o = Reply.error("openai-responses", 400, "bad")
-    assert o.body == {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
+    assert o.body == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}
+    }
     with pytest.raises(ValueError, match="unknown provider"):
         Reply.error("gemini", 400, "bad")
 
@@ -738,7 +936,7 @@ def test_exhausted_script_answers_500_with_a_clear_message() -> None:
         assert client.chat.completions.create(model="m", messages=[USER]).choices[0].message.content == "one"
         with pytest.raises(openai.InternalServerError) as err:
             client.chat.completions.create(model="m", messages=[USER])
-    assert "loopback Script exhausted: openai-chat request #2" in err.value.message
+    assert "loopback Script exhausted: openai-chat request #2 to the script" in err.value.message
     assert "1 reply was scripted" in err.value.message
 
 
@@ -752,7 +950,9 @@ def test_per_provider_script_keeps_separate_queues() -> None:
         assert c.messages.create(model="m", max_tokens=5, messages=hi).content[0].text == "a1"
         assert o.chat.completions.create(model="m", messages=[USER]).choices[0].message.content == "c1"
         assert c.messages.create(model="m", max_tokens=5, messages=hi).content[0].text == "a2"
-        with pytest.raises(openai.InternalServerError, match="no replies scripted for provider 'openai-responses'"):
+        with pytest.raises(
+            openai.InternalServerError, match="no replies scripted for provider 'openai-responses'"
+        ):
             o.responses.create(model="m", input=[USER])
     assert [(r.provider, r.index) for r in server.requests] == [
         ("anthropic", 0), ("openai-chat", 0), ("anthropic", 1), ("openai-responses", 0)
@@ -764,9 +964,11 @@ def test_raising_responder_gives_500_with_the_exception_text() -> None:
     def responder(request: Request) -> Reply:
         raise RuntimeError(f"no reply for request {request.index}")
 
-    with LoopbackServer(responder) as server:
-        with pytest.raises(anthropic.InternalServerError, match="RuntimeError: no reply for request 0"):
-            claude(server).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    with (
+        LoopbackServer(responder) as server,
+        pytest.raises(anthropic.InternalServerError, match="RuntimeError: no reply for request 0"),
+    ):
+        claude(server).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert isinstance(server.errors[0], RuntimeError)
 
 
@@ -776,7 +978,9 @@ def test_async_responder_and_dict_replies() -> None:
 
     with LoopbackServer(responder) as server:
         client = oai(server)
-        assert client.chat.completions.create(model="m", messages=[USER]).choices[0].message.content == "async 0"
+        assert (
+            client.chat.completions.create(model="m", messages=[USER]).choices[0].message.content == "async 0"
+        )
     with LoopbackServer(Script([chat_completion("plain dict")])) as server:
         assert oai(server).chat.completions.create(model="m", messages=[USER]).choices[0].message.content == (
             "plain dict"
@@ -828,7 +1032,10 @@ def test_sixteen_delayed_replies_are_served_at_once() -> None:
     with LoopbackServer(lambda request: Reply(chat_completion(f"r{request.index}"), delay=1.0)) as server:
         clients = [oai(server) for _ in range(16)]
         elapsed, results = run_concurrently(
-            16, lambda i: clients[i].chat.completions.create(model="m", messages=[USER]).choices[0].message.content
+            16,
+            lambda i: (
+                clients[i].chat.completions.create(model="m", messages=[USER]).choices[0].message.content
+            ),
         )
     assert sorted(results) == sorted(f"r{i}" for i in range(16)), results
     assert elapsed < 2.5, elapsed
@@ -843,7 +1050,9 @@ def test_slow_sync_responders_do_not_block_each_other() -> None:
         client = claude(server)
         elapsed, results = run_concurrently(
             16,
-            lambda i: client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]),
+            lambda i: client.messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+            ),
         )
         with urllib.request.urlopen(server.url + "/health", timeout=5) as resp:
             assert resp.status == 200

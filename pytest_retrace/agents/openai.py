@@ -244,9 +244,11 @@ class OpenAIAgent(ModelAgent):
 
 
 def _key(name: Any) -> str:
+    """OpenAI names keys in capitals ("CTRL", "Z"); a letter means its key, not a shifted one (as in
+    OpenAI's own reference mapping to pyautogui, which lower-cases every key)."""
     if not isinstance(name, str):
         raise ActionError(f"a key must be a string, got {name!r}")
-    return normalize_key(name)
+    return normalize_key(name.lower() if len(name) == 1 else name)
 
 
 def _clicks(pixels: Any, per_click: float) -> int:
