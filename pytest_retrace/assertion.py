@@ -53,8 +53,6 @@ def explain(result: RecoveryResult) -> list[str]:
     trouble = [f"{n} {what}" for n, what in ((result.invalid_steps, "invalid repl(ies)"),
                                              (result.failed_actions, "action(s) the desktop could not complete"),
                                              (result.cut_actions, "action(s) cut at the budget")) if n]
-    if result.agent_failure:
-        trouble.append(f"the agent raised {result.agent_failure}")
     if trouble:
         lines.append("  " + "; ".join(trouble))
     return lines

@@ -6,8 +6,10 @@ reset → gt[0:t_seed] → verify s_target → perturbation → verify s_error �
 Who is to blame decides how a problem counts, and an agent must never be able to change its own n:
 - the harness, the environment, a ground-truth replay that desyncs, the model's API down after retries:
   :class:`InfraError`, reported as a pytest *error* and left out of every rate;
-- everything the agent does — a reply that does not parse (after one re-ask), an action the desktop
-  cannot complete, an exception from its ``act`` — is recorded and scored as the agent's failure.
+- everything the model does — a reply that does not parse (after one re-ask), an action the desktop
+  cannot complete — is recorded and scored as the agent's failure. The adapters turn any reply into
+  actions or an invalid step, so a model cannot raise; an exception escaping an agent's ``start`` or
+  ``act`` is a bug in agent code and an error of kind ``agent-bug``: it must never pass for a measurement.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,7 +86,6 @@ class RecoveryResult:
     invalid_steps: int = 0  # replies that did not parse even after a re-ask
     failed_actions: int = 0  # actions the desktop could not complete
     cut_actions: int = 0  # actions of a turn dropped because the budget ran out
-    agent_failure: str | None = None  # an exception from the agent's own code (scored, not an error)
     reconstruction: dict[str, str] = field(default_factory=dict)  # state -> "pixels" | "verifier: ..."
     usage: Usage = field(default_factory=Usage)  # the agent's model calls
     context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls
@@ -246,6 +248,14 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     result.r_tc = result.evaluation.passed
 
 
+def _brief(exc: BaseException) -> str:
+    import traceback
+
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
 def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) -> RecoveryResult:
     """Let an agent act from the environment's current state under the same rules as a recovery (the
     dataset pipeline's perturbation agent uses it); ``steps`` holds what it did."""
@@ -262,9 +272,8 @@ def _recover(env: Environment, agent: Agent, context: AgentContext, opts: Replay
         agent.start(context)
     except AgentInfraError as exc:
         raise InfraError("agent", str(exc), kind=exc.kind) from exc
-    except Exception as exc:  # the agent's own code failed: its failure to recover, scored
-        result.agent_failure = f"start: {type(exc).__name__}: {exc}"
-        return
+    except Exception as exc:
+        raise InfraError("agent", f"start raised {_brief(exc)}", kind="agent-bug") from exc
     executed: int | None = None
     failure: str | None = None
     for turn_no in range(opts.max_turns):
@@ -281,8 +290,7 @@ def _recover(env: Environment, agent: Agent, context: AgentContext, opts: Replay
         except AgentInfraError as exc:
             raise InfraError("agent", f"turn {turn_no}: {exc}", kind=exc.kind) from exc
         except Exception as exc:
-            result.agent_failure = f"turn {turn_no}: {type(exc).__name__}: {exc}"
-            return
+            raise InfraError("agent", f"turn {turn_no}: act raised {_brief(exc)}", kind="agent-bug") from exc
         result.agent_turns = turn_no + 1
         result.usage.add(turn.usage)
         executed, failure = 0, None

@@ -64,7 +64,6 @@ def make_record(*, nodeid: str, case: Any, model: str, strategy: str, budget: in
         invalid_steps=result.invalid_steps,
         failed_actions=result.failed_actions,
         cut_actions=result.cut_actions,
-        agent_failure=result.agent_failure,
         usage=result.usage.to_dict(),
         context_usage=result.context_usage.to_dict(),
         timings=result.timings,

@@ -61,14 +61,15 @@ def agent(p: pytest.Pytester, name: str, provider: str = "script", **options: ob
 
 def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project: pytest.Pytester) -> None:
     """A reply over the caps (scroll(100000) once hit xdotool's 60 s timeout and became an infrastructure
-    error), an action the desktop refuses, and an exception from the agent's code: each a recorded failure."""
+    error) and an action the desktop refuses are the agent's failures. An exception from agent code is a
+    bug, never a measurement: an error of kind agent-bug."""
     project.makeconftest(PROBE)
     agent(project, "hostile-scroll", actions=["pyautogui.scroll(100000)"])
     agent(project, "offscreen", actions=["pyautogui.click(5000, 10)"])
     (project.path / "agents" / "crashy.yaml").write_text("provider: crashy\n")
     res = project.runpytest_subprocess("--retrace-model=hostile-scroll,offscreen,crashy", "-k", "typo-short",
                                        "--retrace-run=own", "-p", "no:cacheprovider")
-    res.assert_outcomes(failed=3)
+    res.assert_outcomes(failed=2, errors=1)
     by_model = {r["model"]: r for r in records(project, "own")}
     scroll, off, crash = by_model["hostile-scroll"], by_model["offscreen"], by_model["crashy"]
     assert scroll["verdict"] == "not_recovered" and scroll["invalid_steps"] == 1 and scroll["actions_used"] == 1
@@ -76,11 +77,13 @@ def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project
     assert "dy must be an integer in -100..100" in step["error"]
     assert off["verdict"] == "not_recovered" and off["failed_actions"] == 1
     assert "outside the 1280x800 screen" in next(a["error"] for a in off["actions"] if a.get("error"))
-    assert crash["verdict"] == "not_recovered" and "KeyError" in crash["agent_failure"]
-    for g in groups(summary(project, "own")).values():
-        assert (g["n"], g["errors"], g["recovered"]) == (1, 0, 0)
-    res.stdout.fnmatch_lines(["*1 invalid repl(ies)*", "*1 action(s) the desktop could not complete*",
-                              "*the agent raised turn 0: KeyError*"])
+    assert crash["verdict"] == "error" and crash["error"]["kind"] == "agent-bug"
+    assert "act raised KeyError: 'a bug in the agent' at conftest.py:" in crash["error"]["message"]
+    g = groups(summary(project, "own"))
+    assert [(g[m]["n"], g[m]["errors"], g[m]["recovered"]) for m in ("hostile-scroll", "offscreen", "crashy")] == [
+        (1, 0, 0), (1, 0, 0), (0, 1, 0)]
+    res.stdout.fnmatch_lines(["*infrastructure error (agent-bug) at stage agent*KeyError*",
+                              "*1 invalid repl(ies)*", "*1 action(s) the desktop could not complete*"])
 
 
 def test_budgets_are_test_parameters_and_count_actions_not_turns(project: pytest.Pytester) -> None:

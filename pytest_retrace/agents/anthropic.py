@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..actions import Action, ActionError
 from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
@@ -45,6 +45,14 @@ class AnthropicOptions(ModelOptions):
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None  # output_config.effort
     max_tokens: int = Field(16384, ge=1)
     cache: bool = True  # prompt caching: cache_control on the system prompt and the newest message
+
+    @field_validator("temperature")
+    @classmethod
+    def _no_temperature(cls, value: float | None) -> None:
+        if value is not None:
+            raise ValueError("the Messages API takes no temperature since anthropic SDK 2 (sampling is the "
+                             "model's own; thinking and effort are its settings): remove it")
+        return None
     # Anthropic's limits before Opus 4.7 (later models take 2576 px): the API would scale a bigger image
     # itself, and the model's coordinates would then be in a size this harness never saw
     image: ImageOptions = ImageOptions(max_long_edge=1568, max_pixels=1_150_000)
@@ -167,8 +175,6 @@ class AnthropicAgent(ModelAgent):
             self._messages[-1]["content"][-1]["cache_control"] = _EPHEMERAL
         kwargs: dict[str, Any] = {"model": opts.model, "max_tokens": opts.max_tokens, "system": self._system,
                                   "messages": self._messages, "tools": [self._tool()]}
-        if opts.temperature is not None:
-            kwargs["temperature"] = opts.temperature
         if opts.thinking == "enabled":
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": opts.thinking_budget}
         elif opts.thinking == "adaptive":
@@ -356,8 +362,6 @@ class AnthropicChat:
                 content.append({"type": "text", "text": part.text})
         kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": max_tokens or self.opts.max_tokens,
                                   "system": system, "messages": [{"role": "user", "content": content}]}
-        if self.opts.temperature is not None:
-            kwargs["temperature"] = self.opts.temperature
         response = self.endpoint.call(lambda: self.client.messages.create(**kwargs), usage)
         usage.input_tokens += response.usage.input_tokens or 0
         usage.output_tokens += response.usage.output_tokens or 0

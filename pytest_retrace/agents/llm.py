@@ -121,19 +121,29 @@ class ModelAgent:
         self._observe(observation)
         reply = self._ask_trimmed(usage)
         try:
-            turn = self._read(reply)
+            turn = self._read_reply(reply)
         except ActionError as first:
             if not self.opts.reask:
                 return self._invalid(reply, str(first), usage)
             self._complain(reply, str(first))
             reply = self._ask_trimmed(usage)
             try:
-                turn = self._read(reply)
+                turn = self._read_reply(reply)
             except ActionError as second:
                 return self._invalid(reply, str(second), usage)
         usage.cost = price(usage, self.opts.prices)
         turn.usage = usage
         return turn
+
+    def _read_reply(self, reply: Any) -> AgentTurn:
+        """What the model said is the model's responsibility: a reply the reader cannot handle, whatever
+        the exception, is an unusable reply (re-asked, then an invalid step), never a crash of the run."""
+        try:
+            return self._read(reply)
+        except ActionError:
+            raise
+        except Exception as exc:
+            raise ActionError(f"the reply could not be read ({type(exc).__name__}: {exc})") from exc
 
     def close(self) -> None:
         pass

@@ -327,7 +327,7 @@ class Builder:
             self.log(f"  {traj.id}@{t_seed} {p.name}: {exc}, excluded")
             return "crash"
         done = [s for s in ran.steps if s.action["action"] not in ("done", "fail", "invalid")]
-        if ran.failed_actions or ran.agent_failure or any(s.error for s in done):
+        if ran.failed_actions or any(s.error for s in done):
             return "perturbation agent failed"  # an action that did not run cleanly cannot be replayed
         if not done:
             return "perturbation agent did nothing"
