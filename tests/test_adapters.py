@@ -153,7 +153,7 @@ def test_a_reply_that_tries_to_run_code_runs_nothing(env: XvfbEnvironment, tmp_p
     with LoopbackServer(Script([Reply(chat_completion(evil))] * 2 + [Reply(chat_completion("DONE"))])) as server:
         result = recover(env, make_agent(server, "openai-compat", parser="pyautogui",
                                          prompts={"forward_system": "prompts/pyautogui-system.md"}))
-    assert result.invalid_steps == 1 and "os.system" in next(s.error for s in result.steps if s.error)
+    assert result.invalid_steps == 1 and "import os is not allowed" in next(s.error for s in result.steps if s.error)
     assert not marker.exists()
     env.run(f"test ! -e {marker}")
 
