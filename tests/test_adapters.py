@@ -227,3 +227,39 @@ def test_a_click_lands_where_the_model_pointed_on_a_smaller_image(env: XvfbEnvir
     error = load_png(CASE.error_png)
     menu = np.any(result.recovered_screenshot[40:200, 0:150] != error[40:200, 0:150], axis=2).sum()
     assert menu > 2000, "the File menu did not open"
+
+
+@pytest.mark.parametrize("verdict", ["same", "different"])
+def test_the_state_verifier_accepts_a_state_that_is_not_pixel_identical_only_when_it_says_same(
+        env: XvfbEnvironment, tmp_path: Path, verdict: str) -> None:
+    """--retrace-verifier: for environments that cannot reproduce a screen exactly. Here the recorded target
+    is made to differ by a few pixels (a clock, say): the verifier decides, and the record says so."""
+    import shutil
+
+    from PIL import Image
+
+    from pytest_retrace.agents import create_chat
+    from pytest_retrace.agents.baselines import NoopAgent
+    from pytest_retrace.agents.prompts import Prompts
+    from pytest_retrace.verifier import StateVerifier
+
+    src = REPO / "cases" / "text-editor"
+    shutil.copy(src / f"{CASE.id}.yaml", tmp_path)
+    shutil.copytree(src / CASE.id, tmp_path / CASE.id)
+    target = np.array(Image.open(tmp_path / CASE.id / "target.png").convert("RGB"))
+    target[790:800, 1200:1280] = 255 - target[790:800, 1200:1280]  # a "clock" that changed
+    Image.fromarray(target).save(tmp_path / CASE.id / "target.png")
+    case = load_case(tmp_path / f"{CASE.id}.yaml")
+    answer = openai_response([message_item(f"Only the corner differs.\nVerdict: {verdict}")])
+    with LoopbackServer(lambda request: Reply(answer)) as server:
+        chat = create_chat(ModelConfig("verifier", "openai", path=REPO / "agents" / "x.yaml", options={
+            "model": "gpt-5-mini", "base_url": server.openai_url, "api_key_env": "LOOPBACK_KEY"}))
+        opts = ReplayOptions(budget=1, attempts=2, verifier=StateVerifier(chat, Prompts(REPO / "agents")))
+        result = run_case(env, case, NoopAgent(), opts)
+        assert all(r.images == [(1280, 800), (1280, 800)] for r in server.requests)
+    if verdict == "same":
+        assert result.error is None and result.reconstruction["target"].startswith("verifier (800 px differ)")
+        assert result.reconstruction["error"] == "pixels" and result.context_usage.calls == 1
+    else:
+        assert result.error is not None and result.error.kind == "desync"
+        assert "the verifier says different" in result.error.message and len(server.requests) == 2

@@ -71,6 +71,10 @@ def test_pytest_retrace_model_claude_measures_it_and_the_key_never_leaks(suite: 
     assert [a.get("rationale") for a in implicit["actions"] if a["stage"] == "recover"] == [
         "Undo the stray keys.", "The target state is restored."]
     assert recs["explicit-context"]["context_usage"]["calls"] == 1  # the contextualizer's summary
+    [summarise] = [r for r in server.requests if "tools" not in r.body]
+    assert len(summarise.images) == 2  # the 0-R history (t_seed = 1 step) and the target
+    recovery = [r for r in server.requests if "tools" in r.body and "recovery agent" in r.body["system"][0]["text"]]
+    assert recovery and "The editor shows todo.txt with three lines." in str(recovery[0].body["messages"][0])
     group = summary(suite, "headline")["groups"]
     assert sum(g["calls"] for g in group) == 5 and all(g["rate"] == 1.0 for g in group)
 
