@@ -213,6 +213,8 @@ UITARS_REJECTED: list[tuple[Any, str]] = [
     ("Action: " + "(" * 300 + ")" * 300, "syntax error"),
     ("Action: " + "a." * 3000 + "b()", "the call is too long"),
     ("Action: " + "a." * 500 + "b()", "a long attribute expression"),
+    ("Action: 0x" + "f" * 4000 + "()", "a constant expression holding a huge number"),
+    ("Action: (0x" + "f" * 4000 + ").x()", "expression holding a huge number"),
     ("Action: " + "\n".join(["wait()"] * (MAX_ACTIONS + 1)), "too many actions"),
     ("x" * (MAX_REPLY_CHARS + 1), "the reply is too long"),
     (b"Action: wait()", "must be a string"),
@@ -465,6 +467,11 @@ def test_qwen_rejected(text: str, fragment: str) -> None:
          "unknown action 'x'"),
         ([{"function": {"name": "computer_use"}, "extra": 1}], "unknown tool call field(s) 'extra', 'function'"),
         ([{1: 2}], "unknown tool call field(s) 1"),
+        ([{10**5000: 2}], "unknown tool call field(s) a very large integer"),
+        ([{"name": "computer_use", "arguments": {"action": "left_click", 10**5000: 1}}],
+         "unknown argument(s) a very large integer"),
+        ([{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": (10**5000, 1)}}],
+         "coordinate must be a list [x, y] of two numbers, got a tuple"),
     ],
 )
 def test_qwen_rejected_native_tool_calls(tool_calls: Any, fragment: str) -> None:
@@ -583,6 +590,9 @@ def test_pyautogui_reply_rejected(text: Any, fragment: str) -> None:
         ("a." * 1000 + "b()", "call of a long attribute expression is not allowed"),
         ("f" + "()" * 1500, "call of a long call expression is not allowed"),
         ("f" + "[0]" * 1500 + "()", "call of a long subscript expression is not allowed"),
+        ("0x" + "f" * 4000 + "()", "call of a constant expression holding a huge number is not allowed"),
+        ("pyautogui.click[0x" + "f" * 4000 + "](1)", "call of a subscript expression holding a huge number"),
+        ("(0x" + "f" * 4000 + ").real()", "call of an attribute expression holding a huge number"),
     ],
 )
 def test_pyautogui_huge_numbers_and_deep_callees(code: str, fragment: str) -> None:
@@ -703,7 +713,12 @@ def test_accepted_replies_only_produce_data() -> None:
 
 # --- fuzzing: any input gives Actions within the caps, or ActionError --------------------------------
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# Arbitrary text: any Unicode (NUL, lone surrogates ...), or drawn from the characters the dialects use.
+_ANY_TEXT = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet=st.sampled_from(list("pyautogui.clickAction:()[]{}<>|'\"`0123456789 ,=\n\\xe-+_#")), max_size=300),
+)
 
 
 def _check_action(action: Action) -> None:
@@ -731,58 +746,85 @@ def _check(parse: Any, *args: Any, **kwargs: Any) -> None:
         _check_action(action)
 
 
-# Number spellings that break naive parsers: huge, non-finite, signed, hex, underscores, exotic digits.
-_NUMBER_TEXT = st.one_of(
-    st.integers(min_value=-(10**12), max_value=10**12).map(str),
-    st.integers(min_value=0, max_value=2**20_000).map(hex),
+# Grammars of near-valid replies: each call mostly has the right shape and plausible values, with an
+# adversarial value (huge, non-finite, hex, deeply nested, any Unicode, NUL ...) or stray argument mixed in
+# often enough that both the accepting and the refusing paths are exercised.
+
+_RARELY = st.sampled_from([False] * 9 + [True])  # (st.integers(0, n) == 0 would be far likelier than 1/n)
+_BAD_NUMBER = st.one_of(
+    st.integers(min_value=0, max_value=2**3000).map(hex),
     st.integers(min_value=-(10**300), max_value=10**300).map(str),
     st.floats().map(repr),
     st.sampled_from(
-        ["1e308", "1e309", "-1e308", "nan", "inf", "-inf", "NaN", "Infinity", "-0", "0.5", "1_000", "٣",
-         "9" * 4000, "9" * 5000, "0x" + "f" * 5000, "1j", "True", "None", "''", "[]", "()", "1e-400"]
+        ["1e308", "1e309", "-1e308", "nan", "inf", "-inf", "NaN", "Infinity", "-0", "-1", "1_000", "٣",
+         "9" * 4000, "9" * 5000, "0x" + "f" * 5000, "-0x" + "f" * 300, "1j", "True", "None", "''", "[]",
+         "()", "1e-400", "0.5"]
     ),
 )
+_GOOD_NUMBER = st.one_of(st.integers(0, 3000).map(str), st.floats(0, 3000).map(lambda f: f"{f:.1f}"))
+_NUMBER_TEXT = st.one_of(_GOOD_NUMBER, _GOOD_NUMBER, _BAD_NUMBER)
+_SIGNED_TEXT = st.one_of(st.integers(-150, 150).map(str), st.integers(-150, 150).map(str), _BAD_NUMBER)
 _NESTED = st.integers(min_value=1, max_value=400).flatmap(
     lambda n: st.sampled_from(["(" * n + "1" + ")" * n, "[" * n + "]" * n, "(" * n, "{" * n + "}" * n, "-" * n + "1"])
 )
 _GARBAGE = st.text(max_size=30)  # any Unicode, NUL and lone surrogates included
+_TEXT = st.one_of(st.text(max_size=40), st.text(max_size=3).map(lambda s: s * 700))  # near the typing cap
+_KEY = st.sampled_from(["ctrl", "shift", "alt", "enter", "esc", "tab", "a", "Z", "f5", "pagedown", "space",
+                        "arrowup", "Return", "nosuchkey", "", " ", "ctrl+c"])
 
 
-def _list_of(element: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    return st.lists(element, max_size=5).map(lambda xs: "[" + ", ".join(xs) + "]")
+def _list_of(element: st.SearchStrategy[str], max_size: int = 5) -> st.SearchStrategy[str]:
+    return st.lists(element, max_size=max_size).map(lambda xs: "[" + ", ".join(xs) + "]")
 
 
 _PY_VALUE = st.one_of(
-    _NUMBER_TEXT, st.text(max_size=40).map(repr), _NESTED, _GARBAGE, _list_of(_NUMBER_TEXT),
-    _list_of(st.text(max_size=10).map(repr)), st.sampled_from(["'enter'", "'ctrl'", "'left'", "'right'", "x"]),
+    _NUMBER_TEXT, _TEXT.map(repr), _NESTED, _GARBAGE, _list_of(_NUMBER_TEXT), _list_of(_KEY.map(repr)),
+    st.sampled_from(["'left'", "'right'", "x", "f'{x}'", "b'x'", "open('f')", "*a", "**k"]),
 )
-_PYAUTOGUI_FNS = [
-    "click", "leftClick", "doubleClick", "tripleClick", "rightClick", "middleClick", "moveTo", "dragTo",
-    "mouseDown", "mouseUp", "scroll", "vscroll", "hscroll", "typewrite", "write", "press", "hotkey",
-    "keyDown", "keyUp", "sleep", "moveRel", "screenshot", "os",
-]
-_PYAUTOGUI_KWARGS = ["x", "y", "clicks", "button", "message", "keys", "presses", "interval", "duration",
-                     "seconds", "key", "foo"]
+_PY_POINT = st.tuples(_NUMBER_TEXT, _NUMBER_TEXT).map(list)
+_PY_KEYS = st.one_of(_KEY.map(repr), _list_of(_KEY.map(repr), 18))
+_PYAUTOGUI_ARGS: dict[str, st.SearchStrategy[list[str]]] = {
+    **dict.fromkeys(
+        ["click", "leftClick", "doubleClick", "tripleClick", "rightClick", "middleClick", "moveTo", "dragTo",
+         "mouseDown", "mouseUp"],
+        st.one_of(_PY_POINT, _PY_POINT, st.just([]), _list_of(_NUMBER_TEXT, 3).map(lambda s: [s])),
+    ),
+    **dict.fromkeys(["scroll", "vscroll", "hscroll"], st.one_of(
+        st.tuples(_SIGNED_TEXT).map(list), st.tuples(_SIGNED_TEXT, _NUMBER_TEXT, _NUMBER_TEXT).map(list))),
+    **dict.fromkeys(["write", "typewrite"], st.one_of(st.tuples(_TEXT.map(repr)).map(list),
+                                                      st.tuples(_list_of(_KEY.map(repr))).map(list))),
+    **dict.fromkeys(["press", "keyDown", "keyUp"], st.tuples(_PY_KEYS).map(list)),
+    "hotkey": st.lists(_KEY.map(repr), max_size=18),
+    "sleep": st.tuples(st.one_of(st.floats(0, 70).map(repr), _SIGNED_TEXT)).map(list),
+    "moveRel": _PY_POINT,
+    "screenshot": st.just([]),
+}
+_PYAUTOGUI_KWARGS = st.sampled_from(
+    ["x", "y", "clicks", "button", "message", "keys", "presses", "interval", "duration", "seconds", "key", "foo"]
+)
 
 
 @st.composite
 def _pyautogui_call(draw: st.DrawFn) -> str:
-    module = draw(st.sampled_from(["pyautogui", "pyautogui", "time", "os", "pyautogui.os"]))
-    fn = draw(st.sampled_from(_PYAUTOGUI_FNS))
-    args = draw(st.lists(_PY_VALUE, max_size=4))
-    kwargs = draw(st.lists(st.tuples(st.sampled_from(_PYAUTOGUI_KWARGS), _PY_VALUE), max_size=3))
-    parts = args + [f"{k}={v}" for k, v in kwargs]
+    fn = draw(st.sampled_from(list(_PYAUTOGUI_ARGS)))
+    module = "pyautogui"
+    if draw(_RARELY):
+        module = draw(st.sampled_from(["time", "os", "pyautogui.os", f"({draw(_NUMBER_TEXT)})", f"x[{draw(_PY_VALUE)}]"]))
+    parts = draw(_PYAUTOGUI_ARGS[fn])
+    if draw(_RARELY):
+        parts.append(f"{draw(_PYAUTOGUI_KWARGS)}={draw(st.one_of(_PY_VALUE, _SIGNED_TEXT))}")
     return f"{module}.{fn}({', '.join(parts)})"
 
 
 _PYAUTOGUI_CODE = st.lists(
-    st.one_of(_pyautogui_call(), st.sampled_from(["WAIT", "DONE", "FAIL", "import pyautogui", "", "x = 1"])),
-    min_size=1, max_size=6,
+    st.one_of(_pyautogui_call(), _pyautogui_call(), _pyautogui_call(),
+              st.sampled_from(["WAIT", "DONE", "FAIL", "import pyautogui", "", "x = 1"])),
+    min_size=1, max_size=3,
 ).map("\n".join)
 
 
 @FUZZ
-@given(st.text(max_size=300))
+@given(_ANY_TEXT)
 def test_fuzz_parse_pyautogui_any_text(text: str) -> None:
     _check(parse_pyautogui, text)
 
@@ -794,7 +836,7 @@ def test_fuzz_parse_pyautogui_near_valid(code: str) -> None:
 
 
 @FUZZ
-@given(st.text(max_size=300))
+@given(_ANY_TEXT)
 def test_fuzz_parse_pyautogui_reply_any_text(text: str) -> None:
     _check(parse_pyautogui_reply, text)
 
@@ -818,34 +860,50 @@ _UITARS_POINT = st.one_of(
     st.lists(_NUMBER_TEXT, max_size=6).map(lambda xs: "(" + ",".join(xs) + ")"),
     _GARBAGE,
 )
-_UITARS_STRING = st.one_of(
-    _UITARS_POINT,
-    st.lists(st.sampled_from(["ctrl", "shift", "alt", "enter", "arrowup", "pagedown", "space", "a", "Z", "f13",
-                              "nosuchkey", "+", ""]), max_size=18).map(" ".join),
-    st.sampled_from(["down", "up", "left", "right", "Down", "sideways"]),
-    st.text(max_size=50),
-    st.text(max_size=3).map(lambda s: s * 700),  # near and over the typing cap
+_UITARS_CHORD = st.lists(_KEY, max_size=18).map(" ".join)
+_UITARS_ARGS: dict[str, dict[str, st.SearchStrategy[str]]] = {
+    **{fn: {"start_box": _UITARS_POINT} for fn in ["click", "left_single", "left_double", "right_single"]},
+    "drag": {"start_box": _UITARS_POINT, "end_box": _UITARS_POINT},
+    "hotkey": {"key": _UITARS_CHORD},
+    **{fn: {"key": st.one_of(_KEY, _UITARS_CHORD)} for fn in ["press", "keydown", "keyup"]},
+    "type": {"content": _TEXT},
+    "scroll": {"direction": st.sampled_from(["down", "up", "left", "right", "Down", "sideways"]),
+               "start_box": _UITARS_POINT},
+    "finished": {"content": _TEXT},
+    "wait": {},
+    "call_user": {},
+    "hover": {"start_box": _UITARS_POINT},
+}
+_UITARS_KWARGS = st.sampled_from(
+    ["start_box", "end_box", "point", "start_point", "end_point", "key", "content", "direction", "x"]
 )
-_UITARS_VALUE = st.one_of(_UITARS_STRING.map(repr), _PY_VALUE)
-_UITARS_FNS = ["click", "left_single", "left_double", "right_single", "drag", "hotkey", "press", "keydown",
-               "keyup", "type", "scroll", "wait", "finished", "call_user", "hover", "os.system"]
-_UITARS_KWARGS = ["start_box", "end_box", "point", "start_point", "end_point", "key", "content", "direction", "x"]
+_UITARS_VALUE = st.one_of(_UITARS_POINT.map(repr), _TEXT.map(repr), _PY_VALUE)
+
+
+@st.composite
+def _uitars_call(draw: st.DrawFn) -> str:
+    fn = draw(st.sampled_from(list(_UITARS_ARGS)))
+    parts = [f"{name}={draw(values)!r}" for name, values in _UITARS_ARGS[fn].items() if not draw(_RARELY)]
+    if draw(_RARELY):
+        parts.append(f"{draw(_UITARS_KWARGS)}={draw(_UITARS_VALUE)}")
+    parts = draw(st.permutations(parts))
+    if draw(_RARELY):
+        parts.insert(0, draw(_PY_VALUE))  # a positional argument
+    if draw(_RARELY):
+        fn = draw(st.sampled_from(["os.system", "x." + fn, "__import__('os').system", f"({draw(_NUMBER_TEXT)})",
+                                   f"x[{draw(_PY_VALUE)}]"]))
+    return f"{fn}({', '.join(parts)})"
 
 
 @st.composite
 def _uitars_reply(draw: st.DrawFn) -> str:
-    lines = []
-    for _ in range(draw(st.integers(min_value=0, max_value=4))):
-        fn = draw(st.sampled_from(_UITARS_FNS))
-        kwargs = draw(st.lists(st.tuples(st.sampled_from(_UITARS_KWARGS), _UITARS_VALUE), max_size=3))
-        positional = draw(st.lists(_PY_VALUE, max_size=1))
-        lines.append(f"{fn}({', '.join(positional + [f'{k}={v}' for k, v in kwargs])})")
+    lines = draw(st.lists(_uitars_call(), max_size=4))
     thought = draw(st.text(max_size=60))
     return f"Thought: {thought}\nAction: " + "\n".join(lines)
 
 
 @FUZZ
-@given(st.text(max_size=300))
+@given(_ANY_TEXT)
 def test_fuzz_parse_uitars_any_text(text: str) -> None:
     _check(parse_uitars, text)
     _check(parse_uitars, "Action: " + text)
@@ -864,29 +922,42 @@ _JSON_SCALAR = st.one_of(
 )
 _JSON = st.recursive(_JSON_SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
     st.text(max_size=8), inner, max_size=3), max_leaves=8)
-_QWEN_ACTIONS = ["key", "type", "mouse_move", "left_click", "right_click", "middle_click", "double_click",
-                 "triple_click", "left_click_drag", "scroll", "hscroll", "wait", "terminate", "answer", "fly"]
-_QWEN_FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "coordinate": st.one_of(st.lists(st.one_of(st.integers(-5, 5000), st.floats(), _JSON_SCALAR), max_size=3), _JSON),
-    "keys": st.one_of(st.lists(st.sampled_from(["ctrl", "c", "Return", "nosuchkey", "", " "]), max_size=18), _JSON),
-    "text": st.one_of(st.text(max_size=40), st.text(max_size=2).map(lambda s: s * 1100), _JSON),
-    "pixels": st.one_of(st.integers(-500, 500), st.floats(), _JSON),
-    "time": st.one_of(st.floats(), st.integers(-10, 100), _JSON),
-    "status": st.one_of(st.sampled_from(["success", "failure", "maybe"]), _JSON),
+_GOOD_COORD = st.one_of(st.integers(0, 3000), st.floats(0, 3000))
+_QWEN_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "coordinate": st.one_of(st.lists(_GOOD_COORD, min_size=2, max_size=2),
+                            st.lists(_GOOD_COORD, min_size=2, max_size=2),
+                            st.lists(st.one_of(_GOOD_COORD, _JSON_SCALAR), max_size=3), _JSON),
+    "keys": st.one_of(st.lists(_KEY, max_size=18), st.lists(_KEY, min_size=1, max_size=3), _JSON),
+    "text": st.one_of(_TEXT, _TEXT, _JSON),
+    "pixels": st.one_of(st.integers(-500, 500), st.integers(-500, 500), st.floats(), _JSON),
+    "time": st.one_of(st.floats(0, 70), st.floats(), st.integers(-10, 100), _JSON),
+    "status": st.one_of(st.sampled_from(["success", "failure", "success", "maybe"]), _JSON),
     "reason": _JSON,
+}
+_QWEN_FIELDS: dict[str, tuple[str, ...]] = {
+    "key": ("keys",), "type": ("text",), "mouse_move": ("coordinate",), "left_click": ("coordinate",),
+    "right_click": ("coordinate",), "middle_click": ("coordinate",), "double_click": ("coordinate",),
+    "triple_click": ("coordinate",), "left_click_drag": ("coordinate",), "scroll": ("pixels", "coordinate"),
+    "hscroll": ("pixels", "coordinate"), "wait": ("time",), "terminate": ("status",), "answer": ("text",),
+    "fly": (),
 }
 
 
 @st.composite
 def _qwen_call(draw: st.DrawFn) -> Any:
-    arguments: dict[str, Any] = {"action": draw(st.one_of(st.sampled_from(_QWEN_ACTIONS), _JSON_SCALAR))}
-    for field in draw(st.lists(st.sampled_from(list(_QWEN_FIELD_VALUES)), max_size=3, unique=True)):
-        arguments[field] = draw(_QWEN_FIELD_VALUES[field])
-    name = draw(st.sampled_from(["computer_use", "computer_use", "bash", ""]))
-    call: Any = {"name": name, "arguments": arguments}
-    if draw(st.booleans()):
-        call["arguments"] = json.dumps(arguments)
-    return draw(st.sampled_from([call, call, {"type": "function", "function": call}, draw(_JSON)]))
+    action = draw(st.sampled_from(list(_QWEN_FIELDS)))
+    arguments: dict[str, Any] = {"action": draw(_JSON_SCALAR) if draw(_RARELY) else action}
+    for field in _QWEN_FIELDS[action]:
+        if not draw(_RARELY):
+            arguments[field] = draw(_QWEN_VALUES[field])
+    if draw(_RARELY):
+        field = draw(st.sampled_from(list(_QWEN_VALUES)))
+        arguments[field] = draw(_QWEN_VALUES[field])
+    name = draw(st.sampled_from(["bash", ""])) if draw(_RARELY) else "computer_use"
+    call: Any = {"name": name, "arguments": json.dumps(arguments) if draw(st.booleans()) else arguments}
+    if draw(_RARELY):
+        return draw(st.sampled_from([{"type": "function", "function": call}, draw(_JSON)]))
+    return call
 
 
 def _block(call: Any) -> str:
@@ -898,7 +969,7 @@ def _block(call: Any) -> str:
 
 
 @FUZZ
-@given(st.text(max_size=300))
+@given(_ANY_TEXT)
 def test_fuzz_parse_qwen_any_text(text: str) -> None:
     _check(parse_qwen, text)
     _check(parse_qwen, "<tool_call>" + text)

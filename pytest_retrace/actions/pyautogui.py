@@ -85,9 +85,14 @@ def _describe(node: ast.expr) -> str:
     return f"an expression of type {type(node).__name__}"
 
 
+def _is_huge(value: Any) -> bool:
+    """An integer too large to convert to float or print (checked without doing either)."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER
+
+
 def _bounded(value: Any, what: str) -> Any:
-    """`value`, unless it is an integer too large to convert to float or print (checked without either)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+    """`value`, unless it is an integer too large to convert to float or print."""
+    if _is_huge(value):
         raise ActionError(f"{what} is too large (magnitude over {MAX_NUMBER})")
     return value
 
@@ -290,9 +295,13 @@ _CALLEE_NODES = 40  # ast.unparse recurses: a callee larger than this is describ
 def _callee(func: ast.expr) -> str:
     """Readable name of what is being called, for error messages (never evaluated)."""
     # ast.walk is iterative; counting its nodes first keeps `a.a.a....a()` (thousands deep, which ast.parse
-    # accepts) from exhausting the stack inside ast.unparse.
-    if sum(1 for _ in zip(range(_CALLEE_NODES + 1), ast.walk(func))) > _CALLEE_NODES:
+    # accepts) from exhausting the stack inside ast.unparse, and `0xfff...()` must not reach int.__repr__.
+    nodes = [node for _, node in zip(range(_CALLEE_NODES + 1), ast.walk(func))]
+    if len(nodes) > _CALLEE_NODES:
         return f"a long {type(func).__name__.lower()} expression"
+    if any(isinstance(node, ast.Constant) and _is_huge(node.value) for node in nodes):
+        kind = type(func).__name__.lower()
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} expression holding a huge number"
     text = ast.unparse(func)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -88,6 +88,8 @@ def _show(value: Any) -> str:
         return "a very large integer"
     if isinstance(value, (dict, list)):
         return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if not isinstance(value, (str, int, float, type(None))):  # native tool_calls may hold any object
+        return f"a {type(value).__name__}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -202,9 +204,9 @@ def _action(call: Any, pixels_per_click: float) -> tuple[Action, str | None]:
         raise ActionError(f"a tool call must be a JSON object with name and arguments, got {_show(call)}")
     if isinstance(call.get("function"), dict) and set(call) <= {"function", "type", "id", "index"}:
         call = call["function"]  # the OpenAI wrapper: {"type": "function", "function": {...}}
-    unknown = sorted(set(call) - {"name", "arguments"}, key=str)
+    unknown = sorted(_show(field) for field in set(call) - {"name", "arguments"})
     if unknown:
-        raise ActionError(f"unknown tool call field(s) {', '.join(map(repr, unknown))} (expected name, arguments)")
+        raise ActionError(f"unknown tool call field(s) {', '.join(unknown)} (expected name, arguments)")
     name = call.get("name")
     if name != TOOL_NAME:
         raise ActionError(f"unknown tool {_show(name)} (the only tool is {TOOL_NAME!r})")
@@ -217,10 +219,10 @@ def _action(call: Any, pixels_per_click: float) -> tuple[Action, str | None]:
     if not isinstance(kind, str) or kind not in _ACTIONS:
         raise ActionError(f"unknown action {_show(kind)} (expected one of {', '.join(_ACTIONS)})")
     spec = _ACTIONS[kind]
-    unknown = sorted(set(args) - {"action", *spec.required, *spec.optional}, key=str)
+    unknown = sorted(_show(field) for field in set(args) - {"action", *spec.required, *spec.optional})
     if unknown:
         allowed = ", ".join(spec.required + spec.optional) or "none"
-        raise ActionError(f"{kind}: unknown argument(s) {', '.join(map(repr, unknown))} (allowed: {allowed})")
+        raise ActionError(f"{kind}: unknown argument(s) {', '.join(unknown)} (allowed: {allowed})")
     missing = [field for field in spec.required if field not in args]
     if missing:
         raise ActionError(f"{kind}: missing argument(s) {', '.join(map(repr, missing))}")
