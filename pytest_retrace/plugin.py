@@ -214,7 +214,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
-        _check_models(settings)
+        if not config.option.collectonly:
+            _check_models(settings)
         run = _opt(config, "run") or new_run_name([m.name for m in settings.models])
         config.stash[session_key] = RetraceSession(settings.report_dir / run)
         config.pluginmanager.register(_Controller(config, config.stash[session_key]), "retrace-controller")

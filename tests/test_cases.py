@@ -255,7 +255,7 @@ def suite(pytester: pytest.Pytester) -> tuple[Path, Path]:
     agents = pytester.path / "my-agents"
     agents.mkdir()
     (agents / "noop.yaml").write_text("provider: noop\n")
-    (agents / "undo.yaml").write_text("provider: undo\nstrategy: explicit\n")
+    (agents / "undo.yaml").write_text("provider: undo\nstrategy: explicit-none\n")
     return cases, agents
 
 
@@ -271,7 +271,7 @@ def test_plugin_collects_valid_case_and_reports_broken_ones(
     # continue_on_collection_errors: collection errors still make the exit code TESTS_FAILED (1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out
     lines = result.stdout.lines
-    assert "my-cases/app/good.yaml::test_recovery[good-noop-implicit]" in lines  # the valid case still runs
+    assert "my-cases/app/good.yaml::test_recovery[good-noop-implicit-r10]" in lines  # the valid case still runs
     # each broken file is one collection error whose text is str(CaseError): file path, field, problem
     assert any("ERROR collecting my-cases/app/bad-action.yaml" in line for line in lines), out
     assert f"{cases / 'app' / 'bad-action.yaml'}: trajectory[1]: unknown action 'clik'" in out
@@ -284,15 +284,16 @@ def test_plugin_collects_valid_case_and_reports_broken_ones(
 def test_plugin_parametrizes_over_models_and_strategy(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
     cases, agents = suite
     result = pytester.runpytest_subprocess(
-        "--collect-only", "-q", "--retrace-model=noop,undo", "--retrace-strategy=explicit",
+        "--collect-only", "-q", "--retrace-model=noop,undo", "--retrace-strategy=explicit-0R,explicit-none",
         f"--retrace-cases={cases / 'app' / 'good.yaml'}", f"--retrace-agents={agents}", *RETRACE, str(cases),
     )
     # only good.yaml is a case root: the broken files are not collected at all
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     lines = result.stdout.lines
-    assert "my-cases/app/good.yaml::test_recovery[good-noop-explicit]" in lines
-    assert "my-cases/app/good.yaml::test_recovery[good-undo-explicit]" in lines
-    result.stdout.fnmatch_lines(["2 tests collected in *"])
+    for model in ("noop", "undo"):
+        for strategy in ("explicit-0R", "explicit-none"):
+            assert f"my-cases/app/good.yaml::test_recovery[good-{model}-{strategy}-r10]" in lines
+    result.stdout.fnmatch_lines(["4 tests collected in *"])
 
 
 def test_unknown_model_is_a_usage_error(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:

@@ -153,6 +153,8 @@ class Action:
             raise ActionError("scroll needs a non-zero dx or dy")
         if not isinstance(self.text, str) or (self.text and self.kind != "type"):
             raise ActionError(f"{self.kind}: text is a string, and only for type")
+        if self.kind == "type" and (bad := next((c for c in self.text if 0xD800 <= ord(c) <= 0xDFFF), None)):
+            raise ActionError(f"type: the text holds the lone surrogate {bad!r}, which is no character")
         if self.kind == "type" and (bad := next((c for c in self.text if untypeable(c)), None)):
             raise ActionError(f"type: the text holds the control character {bad!r}, which no key types "
                               "(send keys such as 'esc' with key or hotkey)")
