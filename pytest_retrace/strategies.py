@@ -45,8 +45,8 @@ class Contextualizer:
     """Recovery target contextualization: a model (its own config, e.g. Claude Sonnet 4.6 at temperature 0,
     1024 tokens, as in the paper) describes the target state and the transitions that led to it."""
 
-    def __init__(self, chat: ChatModel, prompts: Prompts, max_tokens: int = 1024) -> None:
-        self.chat, self.prompts, self.max_tokens = chat, prompts, max_tokens
+    def __init__(self, chat: ChatModel, prompts: Prompts) -> None:
+        self.chat, self.prompts = chat, prompts  # its config sets the model's own limits (max_tokens...)
 
     def summarize(self, instruction: str, history: list[HistoryStep], target: np.ndarray) -> tuple[str, Usage]:
         from .actions.pyautogui import to_pyautogui
@@ -58,7 +58,7 @@ class Contextualizer:
                 parts.append(Image(step.screenshot, past=True))
             parts.append(Text(f"Step {i}: {to_pyautogui(step.action)}"))
         parts += [Text("The target state (the screen after the last step):"), Image(target)]
-        return self.chat.complete(self.prompts.text("contextualizer_system", **values), parts, self.max_tokens)
+        return self.chat.complete(self.prompts.text("contextualizer_system", **values), parts)
 
 
 def build_context(strategy: str, *, instruction: str, budget: int, screen: tuple[int, int],

@@ -19,15 +19,15 @@ _VERDICT = re.compile(r"\bverdict\s*:\s*(same|different)\b", re.IGNORECASE)
 
 
 class StateVerifier:
-    def __init__(self, chat: ChatModel, prompts: Prompts, max_tokens: int = 512) -> None:
-        self.chat, self.prompts, self.max_tokens = chat, prompts, max_tokens
+    def __init__(self, chat: ChatModel, prompts: Prompts) -> None:
+        self.chat, self.prompts = chat, prompts  # its config sets the model's own limits (max_tokens...)
 
     def same_state(self, expected: np.ndarray, actual: np.ndarray, state: str) -> tuple[bool, str, Usage]:
         """(same?, the model's reason, usage). A reply without a clear verdict counts as different: an
         unsure judge must never let a wrong state through."""
         parts = [Text(f"Recorded {state} state:"), Image(expected), Text(f"Reconstructed {state} state:"),
                  Image(actual), Text("Answer with your reasoning, then a last line `Verdict: same` or `Verdict: different`.")]
-        text, usage = self.chat.complete(self.prompts.text("verifier_system", state=state), parts, self.max_tokens)
+        text, usage = self.chat.complete(self.prompts.text("verifier_system", state=state), parts)
         found = _VERDICT.findall(text)
         reason = " ".join(text.split())[:300]
         return bool(found) and found[-1].lower() == "same", reason, usage

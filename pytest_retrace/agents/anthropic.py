@@ -254,7 +254,10 @@ class AnthropicAgent(ModelAgent):
 
     # -- one action -----------------------------------------------------------------------------------------
     def _name_and_input(self, use: Any) -> tuple[str, dict[str, Any]]:
-        data = use.input if isinstance(use.input, dict) else use.input.model_dump(exclude_none=True)
+        data = use.input if isinstance(use.input, dict) else getattr(use.input, "model_dump", lambda **_: None)(
+            exclude_none=True)
+        if not isinstance(data, dict):
+            raise ActionError(f"a tool_use input must be an object, got {use.input!r}")
         if getattr(use, "toolset_name", None) is not None:  # toolset: the tool's name is the action
             return use.name, data
         if use.name != "computer":
@@ -348,7 +351,7 @@ class AnthropicChat:
         self.opts = parse_options(AnthropicOptions, config)
         self.endpoint, self.client = _endpoint(config, self.opts)
 
-    def complete(self, system: str, parts: list[Part], max_tokens: int | None = None) -> tuple[str, Usage]:
+    def complete(self, system: str, parts: list[Part]) -> tuple[str, Usage]:
         from .images import Scaler
 
         usage = Usage()
@@ -360,7 +363,7 @@ class AnthropicChat:
                 content.append(_image(scaler.png(part.pixels)))
             else:
                 content.append({"type": "text", "text": part.text})
-        kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": max_tokens or self.opts.max_tokens,
+        kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": self.opts.max_tokens,
                                   "system": system, "messages": [{"role": "user", "content": content}]}
         response = self.endpoint.call(lambda: self.client.messages.create(**kwargs), usage)
         usage.input_tokens += response.usage.input_tokens or 0

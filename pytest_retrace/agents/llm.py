@@ -205,6 +205,8 @@ def text_placeholder(block: dict[str, Any]) -> None:
     block.update({"type": "text", "text": PLACEHOLDER})
 
 
-def keys_of(chord: str) -> tuple[str, ...]:
+def keys_of(chord: Any) -> tuple[str, ...]:
     """'ctrl+shift+Escape' -> ('ctrl', 'shift', 'Escape'); a lone '+' is the plus key."""
+    if not isinstance(chord, str):
+        raise ActionError(f"keys must be a string such as 'ctrl+s', got {chord!r}")
     return (chord,) if chord == "+" else tuple(k for k in chord.split("+") if k)

@@ -192,8 +192,10 @@ class OpenAIAgent(ModelAgent):
         return "\n".join(texts).strip()[:4000]
 
     # -- one action --------------------------------------------------------------------------------------
-    def _point(self, d: dict[str, Any]) -> tuple[int, int]:
+    def _point(self, d: Any) -> tuple[int, int]:
         assert self.scaler is not None
+        if not isinstance(d, dict):
+            raise ActionError(f"a point must be an object with x and y, got {d!r}")
         return self.scaler.to_screen(d.get("x"), d.get("y"))
 
     def _map(self, d: Any) -> Action | None:
@@ -201,7 +203,10 @@ class OpenAIAgent(ModelAgent):
         if not isinstance(d, dict):
             raise ActionError(f"an action must be an object, got {d!r}")
         kind = d.get("type")
-        hold = tuple(_key(k) for k in d.get("keys") or []) if kind != "keypress" else ()
+        held = d.get("keys") or []
+        if not isinstance(held, list):
+            raise ActionError(f"keys must be a list of key names, got {held!r}")
+        hold = tuple(_key(k) for k in held) if kind != "keypress" else ()
         if kind == "click":
             button = _BUTTONS.get(d.get("button", "left"))
             if button is None:
@@ -268,14 +273,14 @@ class OpenAIChat:
         self.opts = parse_options(OpenAIOptions, config)
         self.endpoint, self.client = _endpoint(config, self.opts)
 
-    def complete(self, system: str, parts: list[Part], max_tokens: int | None = None) -> tuple[str, Usage]:
+    def complete(self, system: str, parts: list[Part]) -> tuple[str, Usage]:
         usage = Usage()
         content = [{"type": "input_text", "text": p.text} if isinstance(p, Text) else
                    {"type": "input_image", "image_url": data_url(encode_png(p.pixels)), "detail": "high"}
                    for p in parts if isinstance(p, (Text, Image))]
         kwargs: dict[str, Any] = {"model": self.opts.model, "instructions": system, "store": False,
                                   "input": [{"role": "user", "content": content}],
-                                  "max_output_tokens": max_tokens or self.opts.max_tokens}
+                                  "max_output_tokens": self.opts.max_tokens}
         if self.opts.temperature is not None:
             kwargs["temperature"] = self.opts.temperature
         if self.opts.reasoning_effort:

@@ -150,11 +150,11 @@ class CompatChat:
         self.opts = parse_options(CompatOptions, config)
         self.endpoint, self.client = _endpoint(config, self.opts)
 
-    def complete(self, system: str, parts: list[Part], max_tokens: int | None = None) -> tuple[str, Usage]:
+    def complete(self, system: str, parts: list[Part]) -> tuple[str, Usage]:
         usage = Usage()
         content = [{"type": "text", "text": p.text} if isinstance(p, Text) else
                    {"type": "image_url", "image_url": {"url": data_url(encode_png(p.pixels))}} for p in parts]
-        kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": max_tokens or self.opts.max_tokens,
+        kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": self.opts.max_tokens,
                                   "messages": [{"role": "system", "content": system},
                                                {"role": "user", "content": content}]}
         if self.opts.temperature is not None:

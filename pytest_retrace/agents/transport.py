@@ -127,12 +127,14 @@ def _brief(exc: BaseException) -> str:
 
 
 class ConcurrencyLimit:
-    """At most `n` holders across every process of this machine, per endpoint: `n` lock files, one held per
-    request. The directory is per endpoint (a hash of it), so runs and workers that share an API share it."""
+    """At most `n` holders across every process of this machine, per endpoint: lock files, one held per
+    request. The directory is per endpoint (a hash of it), so every run, worker and config that calls one API
+    shares one pool: each caller uses the first `n` slots, so the endpoint never has more requests in flight
+    than the largest `n`, and no caller more than its own."""
 
     def __init__(self, endpoint: str, n: int, lock_dir: Path | None = None) -> None:
         digest = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
-        self.dir = (lock_dir or Path(tempfile.gettempdir()) / "retrace-limits") / f"{digest}-{n}"
+        self.dir = (lock_dir or Path(tempfile.gettempdir()) / "retrace-limits") / digest
         self.n = n
 
     @contextmanager
