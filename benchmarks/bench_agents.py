@@ -25,7 +25,14 @@ from pathlib import Path
 
 import yaml
 
-from pytest_retrace.testing import LoopbackServer, Reply, Request, anthropic_message, claude_computer, text_block
+from pytest_retrace.testing import (
+    LoopbackServer,
+    Reply,
+    Request,
+    anthropic_message,
+    claude_computer,
+    text_block,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ the server starts."""
 
 from __future__ import annotations
 
-from Xlib import X, XK
+from Xlib import XK, X
 from Xlib import display as xdisplay
 from Xlib.ext import xtest
 
