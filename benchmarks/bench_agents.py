@@ -19,44 +19,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import yaml
 
-from pytest_retrace.testing import (
-    LoopbackServer,
-    Reply,
-    Request,
-    anthropic_message,
-    claude_computer,
-    text_block,
-)
+from pytest_retrace.testing import LoopbackServer, UndoingClaude
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-class SlowClaude:
-    """ctrl+z, then done, each answer after `latency` seconds; counts calls in flight."""
-
-    def __init__(self, latency: float) -> None:
-        self.latency, self.lock = latency, threading.Lock()
-        self.now = self.peak = 0
-
-    def __call__(self, request: Request) -> Reply:
-        with self.lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-        try:
-            time.sleep(self.latency)
-            answered = any(b.get("type") == "tool_result" for b in request.body["messages"][-1]["content"])
-            if answered:
-                return Reply(anthropic_message([text_block("Done.")]))
-            return Reply(anthropic_message([text_block("Undo."), claude_computer("key", text="ctrl+z")]))
-        finally:
-            with self.lock:
-                self.now -= 1
 
 
 def run(workers: int, agents: Path, reports: Path, extra: list[str]) -> tuple[float, list[dict]]:
@@ -80,7 +50,7 @@ def main() -> None:
     parser.add_argument("-k", help="pytest -k expression (default: the whole suite)")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmp, LoopbackServer(SlowClaude(args.latency)) as server:
+    with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmp, LoopbackServer(UndoingClaude(args.latency)) as server:
         agents, reports = Path(tmp) / "agents", Path(tmp) / "reports"
         config = yaml.safe_load((REPO / "agents" / "claude-sonnet-4.6.yaml").read_text())
         # the endpoint's limit must not be what is measured: room for every worker's request
@@ -90,7 +60,7 @@ def main() -> None:
         (agents / "loopback-claude.yaml").write_text(yaml.safe_dump(config))
         os.environ.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-bench")
         extra = ["-k", args.k] if args.k else []
-        rows, first = [], None
+        rows, notes, first = [], [], None
         for n in args.workers:
             server.responder.peak = 0  # type: ignore[attr-defined]
             elapsed, recs = run(n, agents, reports, extra)
@@ -101,6 +71,8 @@ def main() -> None:
             errors = sum(v == "error" for v in verdicts.values())
             peak = server.responder.peak  # type: ignore[attr-defined]
             rows.append((n, len(recs), elapsed, 3600 * len(recs) / elapsed, first[0] / elapsed, errors, peak, same))
+            notes += [f"  -n {n}: {r['case']}: {r['error']['kind']} at {r['error']['stage']}: {r['error']['message'][:300]}"
+                      for r in recs if r["verdict"] == "error"]
             print(f"  -n {n}: {len(recs)} tests in {elapsed:.0f} s", flush=True)
     print(f"\nbuilt-in suite, loopback Claude answering after {args.latency:g} s, {os.cpu_count()} cores")
     head = ("workers", "tests", "wall (s)", "tests/hour", "speed-up", "errors", "calls in flight", "verdicts = first")
@@ -108,6 +80,8 @@ def main() -> None:
     for n, tests, elapsed, rate, speed, errors, peak, same in rows:
         print("  ".join(f"{v:>15}" for v in (n, tests, f"{elapsed:.0f}", f"{rate:.0f}", f"{speed:.2f}x", errors, peak,
                                                  same)))
+    if notes:
+        print("\ninfrastructure errors (excluded from rates):", *notes, sep="\n")
 
 
 if __name__ == "__main__":

@@ -5,21 +5,12 @@ appear in any output or report — and one concurrency limit shared by every xdi
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from typing import Any
 
 import pytest
 import yaml
 
-from pytest_retrace.testing import (
-    LoopbackServer,
-    Reply,
-    Request,
-    anthropic_message,
-    claude_computer,
-    text_block,
-)
+from pytest_retrace.testing import LoopbackServer, UndoingClaude
 
 from .conftest import REPO, records, summary
 
@@ -27,17 +18,7 @@ pytest_plugins = ["pytester"]
 KEY = "sk-ant-api03-" + "SECRET-do-not-leak-7f3a9c" * 2
 
 
-def claude(request: Request) -> Reply:
-    """A model that presses ctrl+z once and then says it is done; as contextualizer, it summarises."""
-    body = request.body
-    if "tools" not in body:
-        return Reply(anthropic_message([text_block("The editor shows todo.txt with three lines.")],
-                                       usage={"input_tokens": 500, "output_tokens": 30}))
-    last = body["messages"][-1]["content"]
-    if any(block.get("type") == "tool_result" for block in last):
-        return Reply(anthropic_message([text_block("The target state is restored.")]))
-    return Reply(anthropic_message([text_block("Undo the stray keys."), claude_computer("key", text="ctrl+z")],
-                                   usage={"input_tokens": 1000, "output_tokens": 50, "cache_read_input_tokens": 200}))
+USAGE = {"input_tokens": 1000, "output_tokens": 50, "cache_read_input_tokens": 200}
 
 
 @pytest.fixture
@@ -50,7 +31,7 @@ def suite(project: pytest.Pytester) -> pytest.Pytester:
 
 def test_pytest_retrace_model_claude_measures_it_and_the_key_never_leaks(suite: pytest.Pytester,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    with LoopbackServer(claude) as server:
+    with LoopbackServer(UndoingClaude(usage=USAGE)) as server:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)  # the SDK's own variable: the config names no URL
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         res = suite.runpytest_subprocess("--retrace-model=claude", "-n", "2", "-k", "stray-keys",
@@ -63,10 +44,10 @@ def test_pytest_retrace_model_claude_measures_it_and_the_key_never_leaks(suite: 
                                                          "explicit-context": "claude-sonnet-4.6"}
     implicit = recs["implicit"]
     assert implicit["usage"]["calls"] == 2
-    assert (implicit["usage"]["input_tokens"], implicit["usage"]["output_tokens"]) == (1100, 70)
-    assert implicit["usage"]["cache_read_tokens"] == 200
+    assert (implicit["usage"]["input_tokens"], implicit["usage"]["output_tokens"]) == (2000, 100)
+    assert implicit["usage"]["cache_read_tokens"] == 400
     # the config's prices: $3 / $15 / $0.30 per million input / output / cache-read tokens
-    assert implicit["usage"]["cost"] == pytest.approx((1100 * 3 + 70 * 15 + 200 * 0.30) / 1e6)
+    assert implicit["usage"]["cost"] == pytest.approx((2000 * 3 + 100 * 15 + 400 * 0.30) / 1e6)
     assert implicit["usage"]["latency"] > 0
     assert [a.get("rationale") for a in implicit["actions"] if a["stage"] == "recover"] == [
         "Undo the stray keys.", "The target state is restored."]
@@ -74,7 +55,7 @@ def test_pytest_retrace_model_claude_measures_it_and_the_key_never_leaks(suite: 
     [summarise] = [r for r in server.requests if "tools" not in r.body]
     assert len(summarise.images) == 2  # the 0-R history (t_seed = 1 step) and the target
     recovery = [r for r in server.requests if "tools" in r.body and "recovery agent" in r.body["system"][0]["text"]]
-    assert recovery and "The editor shows todo.txt with three lines." in str(recovery[0].body["messages"][0])
+    assert recovery and UndoingClaude.SUMMARY in str(recovery[0].body["messages"][0])
     group = summary(suite, "headline")["groups"]
     assert sum(g["calls"] for g in group) == 5 and all(g["rate"] == 1.0 for g in group)
 
@@ -90,24 +71,11 @@ def test_pytest_retrace_model_claude_measures_it_and_the_key_never_leaks(suite: 
 def test_one_concurrency_limit_is_shared_by_every_worker(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four workers against an endpoint limited to 2 requests in flight: the server never sees more. (The
     lock files live under TMPDIR, which the `project` fixture makes this test's own.)"""
-    lock = threading.Lock()
-    state = {"now": 0, "peak": 0}
-
-    def slow(request: Request) -> Reply:
-        with lock:
-            state["now"] += 1
-            state["peak"] = max(state["peak"], state["now"])
-        try:
-            time.sleep(0.8)
-            return claude(request)
-        finally:
-            with lock:
-                state["now"] -= 1
-
+    model = UndoingClaude(latency=0.8)
     config = yaml.safe_load((REPO / "agents" / "claude-sonnet-4.6.yaml").read_text())
     config["options"]["transport"] = {"concurrency": 2}
     (suite.path / "agents" / "claude-limited.yaml").write_text(yaml.safe_dump(config))
-    with LoopbackServer(slow) as server:
+    with LoopbackServer(model) as server:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         res = suite.runpytest_subprocess("--retrace-model=claude-limited", "-n", "4", "-k", "mousepad",
@@ -115,4 +83,4 @@ def test_one_concurrency_limit_is_shared_by_every_worker(suite: pytest.Pytester,
     outcomes: dict[str, Any] = res.parseoutcomes()
     assert outcomes.get("errors", 0) == 0 and outcomes["passed"] + outcomes["failed"] == 5
     assert len(server.requests) == 10  # 5 cases x (ctrl+z, done)
-    assert state["peak"] == 2, state
+    assert model.peak == 2

@@ -1217,3 +1217,39 @@ class LoopbackServer:
                 req.provider, 500, f"loopback responder returned {type(reply).__name__}; expected a Reply"
             )
         return reply
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A ready-made model
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class UndoingClaude:
+    """A responder playing Claude (classic computer tool or toolset): it presses ctrl+z once, then says it is
+    done; asked without tools (the contextualizer), it answers a one-line summary. Every answer comes after
+    `latency` seconds; `peak` is the most requests it ever had in flight (a concurrency limit's witness)."""
+
+    SUMMARY = "The editor shows the document as it was before the stray keys."
+
+    def __init__(self, latency: float = 0.0, usage: dict | None = None) -> None:
+        self.latency, self.usage = latency, usage
+        self.peak = self._now = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Reply:
+        with self._lock:
+            self._now += 1
+            self.peak = max(self.peak, self._now)
+        try:
+            time.sleep(self.latency)
+            body = request.body
+            if "tools" not in body:
+                return Reply(anthropic_message([text_block(self.SUMMARY)], usage=self.usage))
+            if any(b.get("type") == "tool_result" for b in body["messages"][-1]["content"]):
+                return Reply(anthropic_message([text_block("The target state is restored.")], usage=self.usage))
+            toolset = any(t.get("type", "").startswith("computer_toolset") for t in body["tools"])
+            key = claude_toolset("key", text="ctrl+z") if toolset else claude_computer("key", text="ctrl+z")
+            return Reply(anthropic_message([text_block("Undo the stray keys."), key], usage=self.usage))
+        finally:
+            with self._lock:
+                self._now -= 1
