@@ -81,7 +81,7 @@ def _describe(node: ast.expr) -> str:
     if isinstance(node, ast.Call):
         return "a call"
     if isinstance(node, ast.Constant):
-        return "a bare constant"
+        return f"a constant of type {type(node.value).__name__}"
     return f"an expression of type {type(node).__name__}"
 
 

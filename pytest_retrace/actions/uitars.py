@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import ACTION_KINDS, Action, ActionError, ParsedReply
-from .pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS, _callee
+from .pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS, _callee, _describe
 
 MAX_CALL_CHARS = 5_000  # one call line: a type() of MAX_TEXT_CHARS characters, escaped, fits
 MAX_POINT_CHARS = 200  # a box string; bounds the regular expression's work
@@ -200,16 +200,6 @@ _CALLS: dict[str, _Spec] = {
     "finished": _Spec(lambda args, options: Action("done"), ("content",)),
     "call_user": _Spec(lambda args, options: Action("fail")),
 }
-
-
-def _describe(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return f"the name {node.id!r}"
-    if isinstance(node, ast.JoinedStr):
-        return "an f-string"
-    if isinstance(node, ast.Constant):
-        return f"a constant of type {type(node.value).__name__}"
-    return f"an expression of type {type(node).__name__}"
 
 
 def _call(line: str) -> tuple[str, Args]:
