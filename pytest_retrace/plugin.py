@@ -162,26 +162,29 @@ def _settings(config: pytest.Config) -> Settings | None:
     threshold = _number(config, "ssim-threshold", float, 0.0)
     if threshold > 1:
         raise pytest.UsageError(f"--retrace-ssim-threshold: must be <= 1, got {threshold}")
-    helpers: dict[str, ModelConfig | None] = {"contextualizer": None, "verifier": None}
-    wanted = {"contextualizer": "explicit-context" in (strategies or {s for m in models for s in m.strategies}),
-              "verifier": True}
-    for name in helpers:
-        value = _opt(config, name)
-        if value and wanted[name]:
-            try:
-                helpers[name] = load_model_config(str(value), agent_dirs)
-            except AgentConfigError as exc:
-                raise pytest.UsageError(f"--retrace-{name}: {exc}") from None
+    summarised = "explicit-context" in (strategies or {s for m in models for s in m.strategies})
     report_dir = Path(_opt(config, "report-dir"))
     return Settings(
         models=models, strategies=strategies, case_roots=_paths(config, "cases", "cases"), env=str(_opt(config, "env")),
-        budgets=tuple(dict.fromkeys(budgets or [10])), contextualizer=helpers["contextualizer"],
-        verifier=helpers["verifier"], dry_run=bool(config.getoption("retrace_dry_run")),
+        budgets=tuple(dict.fromkeys(budgets or [10])),
+        contextualizer=_helper(config, "contextualizer", agent_dirs) if summarised else None,
+        verifier=_helper(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
         settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
         report_dir=report_dir if report_dir.is_absolute() else config.rootpath / report_dir,
     )
+
+
+def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
+    """The config of a judge model (contextualizer, verifier) the options name, if any."""
+    value = _opt(config, name)
+    if not value:
+        return None
+    try:
+        return load_model_config(str(value), agent_dirs)
+    except AgentConfigError as exc:
+        raise pytest.UsageError(f"--retrace-{name}: {exc}") from None
 
 
 def _check_models(settings: Settings) -> None:
