@@ -147,6 +147,18 @@ def test_one_re_ask_rescues_a_bad_reply(env: XvfbEnvironment, dialect: str) -> N
     assert result.verdict == "recovered" and result.invalid_steps == 0 and result.usage.calls == 3
 
 
+def test_the_sdks_own_base_url_variables_keep_working(env: XvfbEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config without base_url leaves the endpoint to the SDK: OPENAI_BASE_URL / ANTHROPIC_BASE_URL."""
+    for dialect in ("openai-computer", "claude-20251124"):
+        provider, options, undo, done = DIALECTS[dialect]
+        with LoopbackServer(Script([Reply(undo()), Reply(done())])) as server:
+            monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+            agent = create_agent(ModelConfig("m", provider, path=REPO / "agents" / "x.yaml",
+                                             options={"api_key_env": "LOOPBACK_KEY", **options}))
+            assert recover(env, agent).verdict == "recovered" and len(server.requests) == 2
+
+
 def test_a_reply_that_tries_to_run_code_runs_nothing(env: XvfbEnvironment, tmp_path: Path) -> None:
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     evil = f"Let me fix it.\n```python\nimport os\nos.system('touch {marker}')\n```"
@@ -158,12 +170,13 @@ def test_a_reply_that_tries_to_run_code_runs_nothing(env: XvfbEnvironment, tmp_p
     env.run(f"test ! -e {marker}")
 
 
-def test_429_with_retry_after_is_waited_out_and_counted(env: XvfbEnvironment) -> None:
-    _, options, undo, done = DIALECTS["claude-20251124"]
-    script = Script([Reply.error("anthropic", 429, "slow down", headers={"retry-after": "1"}), Reply(undo()),
-                     Reply(done())])
+@pytest.mark.parametrize("dialect", ["claude-20251124", "openai-computer", "qwen"])
+def test_429_with_retry_after_is_waited_out_and_counted(env: XvfbEnvironment, dialect: str) -> None:
+    provider, options, undo, done = DIALECTS[dialect]
+    script = Script([Reply.error(PROVIDER_OF[provider], 429, "slow down", headers={"retry-after": "1"}),
+                     Reply(undo()), Reply(done())])
     with LoopbackServer(script) as server:
-        result = recover(env, make_agent(server, "anthropic", **options))
+        result = recover(env, make_agent(server, provider, **options))
     assert result.verdict == "recovered" and result.usage.retries == 1 and result.usage.latency >= 1.0
     assert len(server.requests) == 3
 
