@@ -104,6 +104,7 @@ class ModelAgent:
         self.ctx: AgentContext | None = None
         self.scaler: Scaler | None = None
         self.observation: Observation | None = None  # the one act() is answering
+        self.client: Any = None  # the provider's SDK client, set by the subclass
         self._images: list[tuple[dict[str, Any], Callable[[dict[str, Any]], None]]] = []
 
     # -- the protocol ----------------------------------------------------------------------------------
@@ -146,7 +147,8 @@ class ModelAgent:
             raise ActionError(f"the reply could not be read ({type(exc).__name__}: {exc})") from exc
 
     def close(self) -> None:
-        pass
+        if self.client is not None:
+            self.client.close()  # its HTTP connection pool
 
     # -- for providers -----------------------------------------------------------------------------------
     def describe(self, action: Action) -> str:
