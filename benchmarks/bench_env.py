@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_env.py [--repeat 5]
 
 Prints, as medians over --repeat runs:
-- reset (end the session's processes + restore HOME) vs a fresh environment (new Xvfb + openbox):
-  what reusing one desktop per worker saves;
+- reset (end the task's namespace, start a new X server + window manager, a fresh sandbox) vs a fresh
+  environment (new Xvfb + openbox + sandbox): what reusing one desktop per worker still saves;
 - time to each app's initial task state (reset + setup steps + settled screen), per built-in app;
 - settle-until-stable after an action vs the paper's fixed 10 s post-action window;
 - screenshot grab, pixel comparison and SSIM costs.
@@ -28,7 +28,7 @@ from pytest_retrace.envs.xvfb import XvfbEnvironment  # noqa: E402
 from pytest_retrace.oracle import differing_pixels, ssim  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-EMPTY = Task.model_validate({"id": "empty", "instruction": "-", "domain": "-", "evaluator": {
+EMPTY = Task.model_validate({"id": "empty", "instruction": "-", "domain": "bench", "evaluator": {
     "func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}})
 
 
@@ -71,8 +71,9 @@ def main() -> int:
             for case in apps.values():  # leave every app running, as a finished case does
                 env._setup_step(case.task.setup[-1], case.dir)  # noqa: SLF001 - launch without reset
             start = time.perf_counter()
-            env.kill_session()
-            env._restore_home()  # noqa: SLF001 - exactly the reset work, without waiting for a screen
+            env.kill_session()  # ends the task's namespace
+            env._restart_display()  # noqa: SLF001 - a new X server and window manager
+            env.sandbox.start(network=False)  # a fresh home, /tmp and namespace: the reset work, no screen wait
             timings.append(time.perf_counter() - start)
 
         timings: list[float] = []
@@ -83,7 +84,7 @@ def main() -> int:
         t_reset = statistics.median(timings)
         t_fresh = median_time(fresh, n)
         row("fresh environment (Xvfb + openbox start/stop)", t_fresh)
-        row("reset, apps running (kill + restore HOME)", t_reset, t_fresh,
+        row("reset, apps running (kill, new X server, sandbox)", t_reset, t_fresh,
             "OK (<= 1 s)" if t_reset <= 1.0 else "OVER the 1 s budget")
         row("reset of an empty task incl. settled screen", median_time(lambda: env.reset(EMPTY, REPO), n), t_fresh)
 

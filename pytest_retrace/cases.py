@@ -9,17 +9,49 @@ file becomes one collection error while every other case still runs.
 from __future__ import annotations
 
 import functools
+import json
+import math
+import posixpath
+import shlex
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, SequenceNode
 
-from .actions import Action, ActionError, parse_action
+from .actions import POINTER_KINDS, Action, ActionError, parse_action
 from .evaluators import EvaluatorError, validate_evaluator
+from .evaluators.plan import Check, Group, compile_block
+from .evaluators.values import short
 
 DEFAULT_SCREEN = (1280, 800)
+GUEST_HOME = "/home/user"  # the sandbox home every setup step and app sees
+
+# Case files are input, not trusted code: these bound what loading one may cost or accept.
+MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB
+# Values in the document, also once aliases are expanded (a few lines of anchors can describe 10^9): real
+# cases hold under 200, and PyYAML's pure-Python composer takes about 30 µs per value.
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 50  # nesting levels; real cases need fewer than 10, and PyYAML's composer recurses
+MAX_METADATA_BYTES = 64 * 1024  # metadata serialised as JSON; it is copied into every result record
+MAX_TIMEOUT = 600.0  # seconds a setup step may wait
+MAX_SCREEN = 8192  # pixels per screen side
+MAX_JSON_INT = 2**63  # metadata integers must fit the 64-bit range other JSON readers assume
+KINDS = ("visible", "subtle", "hidden-state", "visual-only")
 
 
 class CaseError(Exception):
@@ -30,8 +62,53 @@ class CaseError(Exception):
         super().__init__(f"{path}: {field}: {message}" if field else f"{path}: {message}")
 
 
+def _show(value: Any) -> str:
+    """repr() for messages, cut short: values come from the file and may be huge."""
+    return short(value, limit=200)
+
+
+# --- field types ------------------------------------------------------------------------------------
+# The models are strict: YAML `true` is not 1, "0" is not 0, 1 is not "1". Constraints live on the types.
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if "\0" in value:
+        raise ValueError(f"must not contain a NUL character, got {_show(value)}")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError(f"must be one line without control characters, got {_show(value)}")
+    return value
+
+
+def _slug(value: str) -> str:
+    # `retrace build` uses the domain as a directory name
+    allowed = all(c.isascii() and (c.isalnum() or c in "._-") for c in value)
+    if not allowed or not value[0].isalnum():
+        raise ValueError(f"must be a name of ASCII letters, digits, '.', '_' and '-', got {_show(value)}")
+    return value
+
+
+def _as_tuple(value: Any) -> Any:
+    """YAML has no tuples; strict mode would refuse the list it gives where the model says tuple."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+Name = Annotated[str, Field(max_length=200), AfterValidator(_text), AfterValidator(_one_line)]
+Slug = Annotated[str, Field(max_length=100), AfterValidator(_text), AfterValidator(_slug)]
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
+ScreenSide = Annotated[int, Field(ge=1, le=MAX_SCREEN)]
+ScreenSize = Annotated[tuple[ScreenSide, ScreenSide], BeforeValidator(_as_tuple)]
+Rect = Annotated[tuple[int, int, int, int], BeforeValidator(_as_tuple)]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True)
 
 
 class LaunchStep(_Model):
@@ -39,17 +116,51 @@ class LaunchStep(_Model):
 
     type: Literal["launch"]
     command: list[str] | str
-    window: str | None = None
-    timeout: float = 30.0
+    window: Text | None = None
+    timeout: Timeout = 30.0
+
+    @field_validator("command", mode="before")  # before: one clear message instead of one per union member
+    @classmethod
+    def _argv(cls, command: Any) -> list[str] | str:
+        if isinstance(command, str):
+            try:
+                argv = shlex.split(command)  # what the environment will do with it
+            except ValueError as exc:
+                raise ValueError(f"cannot be split into arguments ({exc}): {_show(command)}") from None
+        elif isinstance(command, list):
+            argv = command
+        else:
+            raise ValueError(f"must be a list of arguments or a string, got {_show(command)}")
+        if not argv:
+            raise ValueError(f"names no program: {_show(command)}")
+        for i, arg in enumerate(argv):
+            if not isinstance(arg, str) or not arg or "\0" in arg:
+                raise ValueError(f"argument {i} must be a non-empty string without NUL, got {_show(arg)}")
+        return command
 
 
 class FileStep(_Model):
-    """Write a file into the environment, from inline `content` or a `src` path relative to the YAML."""
+    """Write a file into the environment's home, from inline `content` or a `src` file next to the YAML."""
 
     type: Literal["file"]
-    path: str
+    path: Text
     content: str | None = None
-    src: str | None = None
+    src: Text | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _in_home(cls, path: str) -> str:
+        if path.startswith("~/"):
+            full = GUEST_HOME + path[1:]
+        elif path.startswith("~"):  # ~other-user, or the home itself
+            full = path
+        else:
+            full = posixpath.join(GUEST_HOME, path)  # an absolute path replaces the home
+        # `..` is resolved lexically, the way the environment joins the path to its home
+        if not posixpath.normpath(full).startswith(GUEST_HOME + "/"):
+            raise ValueError(f"{_show(path)} is outside the home: use ~/..., {GUEST_HOME}/... or a path "
+                             "relative to the home")
+        return path
 
     @model_validator(mode="after")
     def _one_source(self) -> FileStep:
@@ -62,19 +173,20 @@ class CommandStep(_Model):
     """Run a shell command inside the environment (must exit 0)."""
 
     type: Literal["command"]
-    command: str
-    timeout: float = 30.0
+    command: Text
+    timeout: Timeout = 30.0
 
 
 SetupStep = Annotated[LaunchStep | FileStep | CommandStep, Field(discriminator="type")]
 
 
 class Task(_Model):
-    id: str
-    instruction: str
-    domain: str
+    id: Name
+    instruction: Text
+    domain: Slug
     setup: list[SetupStep] = []
     evaluator: dict[str, Any]
+    network: bool = Field(False, description="the task needs the network; without it tasks have none")
 
     @field_validator("evaluator")
     @classmethod
@@ -102,22 +214,56 @@ def _actions(value: Any) -> list[Action]:
     return out
 
 
+def _json_data(value: Any, where: str = "") -> None:
+    """Raise ValueError("<where>: ...") unless `value` is plain JSON data: results and reports copy it."""
+    at = f"{where}: " if where else ""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{at}keys must be strings, got {_show(key)}")
+            _json_data(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _json_data(item, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{at}{value} is not a finite number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_JSON_INT:
+        raise ValueError(f"{at}the integer is out of the 64-bit range")
+    elif value is not None and not isinstance(value, (str, int, float)):
+        raise ValueError(f"{at}a {type(value).__name__} is not plain data (use strings, numbers, booleans, "
+                         "null, lists and mappings)")
+
+
+def _metadata(value: dict[Any, Any]) -> dict[str, Any]:
+    _json_data(value)
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"is {size} bytes as JSON, more than the limit of {MAX_METADATA_BYTES}")
+    # the keys the project reads (docs/cases.md)
+    if "horizon" in value and value["horizon"] not in ("short", "long"):
+        raise ValueError(f".horizon: must be 'short' or 'long', got {_show(value['horizon'])}")
+    for key in ("kind", "intended_kind"):
+        if value.get(key) is not None and value[key] not in KINDS:
+            raise ValueError(f".{key}: must be one of {', '.join(KINDS)}, got {_show(value[key])}")
+    return value
+
+
 class Screenshots(_Model):
-    target: str
-    error: str
+    target: Text
+    error: Text
 
 
 class RecoveryCase(_Model):
-    id: str
+    id: Name
     task: Task
     trajectory: list[Action]
     t_seed: int
     perturbation: list[Action]
     d: int = Field(ge=1, description="recovery distance: the perturbation's step budget")
     screenshots: Screenshots
-    screen: tuple[int, int] = DEFAULT_SCREEN
-    masks: list[tuple[int, int, int, int]] = []
-    metadata: dict[str, Any] = {}
+    screen: ScreenSize = DEFAULT_SCREEN
+    masks: list[Rect] = []
+    metadata: Annotated[dict[Any, Any], AfterValidator(_metadata)] = {}  # keys checked by _metadata
     path: Path = Path("<memory>")
 
     _coerce_actions = field_validator("trajectory", "perturbation", mode="before")(
@@ -134,7 +280,29 @@ class RecoveryCase(_Model):
         for i, (x, y, mw, mh) in enumerate(self.masks):
             if mw <= 0 or mh <= 0 or x < 0 or y < 0 or x + mw > w or y + mh > h:
                 raise ValueError(f"masks[{i}]: rectangle {[x, y, mw, mh]} is empty or outside the {w}x{h} screen")
+        for name in ("trajectory", "perturbation"):
+            for i, action in enumerate(getattr(self, name)):
+                if action.kind not in POINTER_KINDS:
+                    continue
+                for (cx, cy) in ((action.x, action.y), (action.x2, action.y2)):
+                    if cx is not None and cy is not None and not (cx < w and cy < h):
+                        raise ValueError(f"{name}[{i}]: {action.kind} at ({cx}, {cy}) is outside the {w}x{h} "
+                                         "screen")
+        self._check_paths()
         return self
+
+    def _check_paths(self) -> None:
+        """Every file the case names must lie inside its directory, after `..` and symlinks are resolved:
+        the recorder writes the screenshots, and setup and the evaluator read the others."""
+        named = [("screenshots.target", self.screenshots.target),
+                 ("screenshots.error", self.screenshots.error)]
+        named += [(f"task.setup[{i}].src", step.src) for i, step in enumerate(self.task.setup)
+                  if isinstance(step, FileStep) and step.src is not None]
+        named += _local_files(compile_block(self.task.evaluator, "task.evaluator"))
+        for field, rel in named:
+            problem = outside_dir(self.dir, rel)
+            if problem:
+                raise ValueError(f"{field}: {problem}")
 
     # -- derived -----------------------------------------------------------------------------------
     @property
@@ -164,6 +332,29 @@ class RecoveryCase(_Model):
         return str(self.metadata.get("horizon", "short" if self.d == 1 else "long"))
 
 
+def outside_dir(base: Path, rel: str) -> str | None:
+    """Why `rel` (relative to `base`) leaves `base` once `..` and symlinks are resolved, or None."""
+    try:
+        root = base.resolve()
+        target = (root / rel).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte
+        return f"{_show(rel)} cannot be resolved: {exc}"
+    if target != root and root in target.parents:
+        return None
+    return f"{_show(rel)} is outside the case directory {base}"
+
+
+def _local_files(plan: Group | Check) -> Iterator[tuple[str, str]]:
+    """(field, path) of every local_file getter in a compiled evaluator."""
+    if isinstance(plan, Group):
+        for item in plan.items:
+            yield from _local_files(item)
+        return
+    for block, where in ((plan.result, plan.result_where), (plan.expected, plan.expected_where)):
+        if block is not None and block.get("type") == "local_file":
+            yield f"{where}.path", block["path"]
+
+
 def _png_size(path: Path) -> tuple[int, int]:
     """Width and height from the PNG header, without decoding the image (collection must stay fast)."""
     with path.open("rb") as fh:
@@ -175,14 +366,102 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def _field_of(loc: tuple[Any, ...]) -> str:
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("launch", "file", "command") and out.endswith("]"):
-            continue  # pydantic's discriminator tag adds noise to the path
+        elif i >= 2 and loc[i - 2] == "setup" and isinstance(loc[i - 1], int):
+            continue  # pydantic's discriminator tag (launch, file, command) after a step's index is noise
         else:
             out += ("." if out else "") + str(part)
     return out
+
+
+class _CaseLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, minus what a case file never needs and a hostile one can abuse: duplicate keys
+    (PyYAML silently keeps the last), nesting deep enough to exhaust the composer's recursion, aliases
+    that expand to millions of values (a "billion laughs"), and integers too long to convert."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        # checked while composing, so that a huge or deep document is abandoned early, not after the fact
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values", self.peek_event().start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Node:
+        node = super().compose_document()
+        # Walk the document as construction will see it, every alias expanded, and stop at the cap:
+        # the walk itself is bounded, also for a recursive alias (`&a [*a]`), which exceeds the depth.
+        count, stack = 0, [(node, 1)]
+        while stack:
+            item, depth = stack.pop()
+            count += 1
+            if count > MAX_YAML_NODES:
+                raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values once aliases are "
+                                    "expanded", item.start_mark)
+            if depth > MAX_YAML_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels once aliases "
+                                    "are expanded", item.start_mark)
+            if isinstance(item, SequenceNode):
+                stack += [(child, depth + 1) for child in item.value]
+            elif isinstance(item, MappingNode):
+                stack += [(child, depth + 1) for pair in item.value for child in pair]
+        return node
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden by the mapping's own keys
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # unhashable: the base class reports it
+            if duplicate:
+                raise ConstructorError("while constructing a mapping", node.start_mark,
+                                       f"found duplicate key {_show(key)}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Node) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # over Python's int-to-str limit (4300 digits)
+            raise ConstructorError(None, None, "integer too large", node.start_mark) from None
+
+
+_CaseLoader.add_constructor("tag:yaml.org,2002:int", _CaseLoader.construct_yaml_int)
+
+
+def _read_yaml(path: Path) -> Any:
+    """The YAML document of a case file, or CaseError; the file is size-checked before it is parsed."""
+    try:
+        if not path.is_file():  # a FIFO or a device would block or never end
+            raise CaseError(path, "", "not a regular file" if path.exists() else "file not found")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
+        return yaml.load(data.decode("utf-8"), Loader=_CaseLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CaseError(path, where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaseError(path, "", f"cannot read: {exc}") from None
 
 
 def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCase:
@@ -190,14 +469,7 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
 
     ``check_screenshots=False`` is for the recorder, which is about to write them."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise CaseError(path, where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CaseError(path, "", f"cannot read: {exc}") from None
+    raw = _read_yaml(path)
     if not isinstance(raw, dict):
         raise CaseError(path, "", f"top level must be a mapping, got {type(raw).__name__}")
     raw.setdefault("id", path.stem)
@@ -206,10 +478,12 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] not in ("value_error", "missing"):  # pydantic's own messages do not say what was found
+            msg += f", got {_show(err['input'])} ({type(err['input']).__name__})"
         field = _field_of(err["loc"])
-        if msg.startswith("["):  # our action validators name the index: fold it into the field path
-            index, _, msg = msg.partition(": ")
-            field += index
+        if msg.startswith(("[", ".")):  # our validators name the sub-field (an index, a key): fold it in
+            sub, _, msg = msg.partition(": ")
+            field += sub
         elif (not field or (field == "task.evaluator" and msg.startswith("evaluator"))) and ": " in msg:
             # the cross-field checks (t_seed, perturbation, masks) and the evaluator validator name their field
             sub, _, msg = msg.partition(": ")

@@ -41,10 +41,18 @@ def _cmd_validate(args: argparse.Namespace, extra: list[str]) -> int:
         except CaseError as exc:
             bad += 1
             print(f"ERROR {exc}")
+        except Exception as exc:  # noqa: BLE001 - a loader bug must not hide the other files' verdicts
+            bad += 1
+            print(f"ERROR {path}: unexpected {type(exc).__name__}: {exc}")
         else:
             print(f"ok    {path}: {case.task.domain}, t_seed={case.t_seed}/{len(case.trajectory)}, d={case.d}")
     print(f"{len(files) - bad} valid, {bad} invalid")
     return 1 if bad or not files else 0
+
+
+def _harness_files(paths: list[str]) -> list[Path]:
+    """What a task's sandbox must not see: this project, the given inputs and outputs, the virtualenv."""
+    return [Path.cwd(), Path(sys.prefix), *(Path(p) for p in paths)]
 
 
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
@@ -59,7 +67,7 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
             try:
                 size = load_case(path, check_screenshots=False).screen
                 if size not in envs:
-                    envs[size] = create_environment("xvfb", size=size)
+                    envs[size] = create_environment("xvfb", size=size, hide=_harness_files(args.paths))
                     envs[size].start()  # type: ignore[attr-defined]
                 rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)  # type: ignore[arg-type]
             except (RecordError, CaseError, EnvError) as exc:
@@ -85,7 +93,8 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
                       per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
                       perturb_agents=args.perturb_agent)
-    envs = [create_environment("xvfb") for _ in range(args.workers)]
+    hidden = _harness_files([args.work, args.out, *args.scripted, *args.osworld])
+    envs = [create_environment("xvfb", hide=hidden) for _ in range(args.workers)]
     try:
         for env in envs:
             env.start()

@@ -4,6 +4,7 @@ state of a run lives in ``config.stash``; xdist results reach the controller ins
 from __future__ import annotations
 
 import atexit
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "cases": ("paths", [], "case directories or files (default: cases/)"),
     "agents": ("paths", [], "directories holding model configs NAME.yaml (default: agents/)"),
     "env": ("string", "xvfb", "environment provider"),
+    "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
     "contextualizer": ("string", "contextualizer", "model config summarising the target for explicit-context"),
     "verifier": ("string", None, "model config of an LLM state verifier for states that cannot match pixel for pixel"),
@@ -64,6 +66,8 @@ class Settings:
     verify_tolerance: int
     screen: tuple[int, int]
     report_dir: Path
+    network: str
+    hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
 
 
 settings_key = pytest.StashKey[Settings]()
@@ -162,17 +166,23 @@ def _settings(config: pytest.Config) -> Settings | None:
     threshold = _number(config, "ssim-threshold", float, 0.0)
     if threshold > 1:
         raise pytest.UsageError(f"--retrace-ssim-threshold: must be <= 1, got {threshold}")
+    network = str(_opt(config, "network"))
+    if network not in ("none", "host"):
+        raise pytest.UsageError(f"--retrace-network: {network!r} is not one of none, host")
+    case_roots = _paths(config, "cases", "cases")
     summarised = "explicit-context" in (strategies or {s for m in models for s in m.strategies})
     report_dir = Path(_opt(config, "report-dir"))
+    report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
     return Settings(
-        models=models, strategies=strategies, case_roots=_paths(config, "cases", "cases"), env=str(_opt(config, "env")),
+        models=models, strategies=strategies, case_roots=case_roots, env=str(_opt(config, "env")),
         budgets=tuple(dict.fromkeys(budgets or [10])),
         contextualizer=_helper(config, "contextualizer", agent_dirs) if summarised else None,
         verifier=_helper(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
         settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
-        report_dir=report_dir if report_dir.is_absolute() else config.rootpath / report_dir,
+        report_dir=report_dir, network=network,
+        hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix)),
     )
 
 
@@ -277,10 +287,13 @@ class CaseFile(pytest.Module):
         module.__retrace_case__ = case  # type: ignore[attr-defined]
         return module
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
         if isinstance(excinfo.value, CaseError):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style)
+        # A loader bug, not a broken file: still only this file's collection error, with the traceback.
+        exc = excinfo.value
+        header = f"{self.path}: unexpected {type(exc).__name__} while loading the case: {exc}"
+        return f"{header}\n{super().repr_failure(excinfo)}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -303,7 +316,7 @@ def retrace_env(request: pytest.FixtureRequest) -> Any:
     from .settle import SettleConfig
 
     settings = request.config.stash[settings_key]
-    env = create_environment(settings.env, size=settings.screen,
+    env = create_environment(settings.env, size=settings.screen, network=settings.network, hide=settings.hide,
                              settle=SettleConfig(timeout=settings.settle, quiet=settings.settle_quiet))
     atexit.register(env.close)  # belt and braces: also on paths that skip fixture teardown
     try:

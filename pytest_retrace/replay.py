@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .actions import Action
+from .actions import Action, ActionError, check_turn
 from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observation, Usage
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
@@ -294,11 +294,17 @@ def _recover(env: Environment, agent: Agent, context: AgentContext, opts: Replay
         result.agent_turns = turn_no + 1
         result.usage.add(turn.usage)
         executed, failure = 0, None
-        if turn.invalid is not None:
+        invalid = turn.invalid
+        if invalid is None:
+            try:
+                check_turn(turn.actions)  # per-turn caps, whatever dialect the actions came from
+            except ActionError as exc:
+                invalid = str(exc)
+        if invalid is not None:
             result.actions_used += 1
             result.invalid_steps += 1
-            result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, turn.invalid))
-            failure = f"invalid reply: {turn.invalid}"
+            result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, invalid))
+            failure = f"invalid reply: {invalid}"
             continue
         for i, action in enumerate(turn.actions):
             if action.terminal:

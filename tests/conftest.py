@@ -16,13 +16,13 @@ from pytest_retrace.envs.procfs import read_environ
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 
 REPO = Path(__file__).resolve().parent.parent
-_TAG = re.compile(rb"RETRACE_(?:ENV|SESSION)=([^\0]*)")
+_TAG = re.compile(rb"RETRACE_(?:ENV|TASK)=([^\0]*)")
 
 
 def retrace_processes(prefix: str) -> dict[int, str]:
     """Live processes started by a retrace environment whose root lies under `prefix` (pid -> cmdline).
 
-    Every process an environment starts carries RETRACE_ENV/RETRACE_SESSION=<its root dir>, so this
+    Every process an environment starts carries RETRACE_ENV (the desktop) or RETRACE_TASK (its tasks) =<its root dir>, so this
     finds leaks of one particular run even while other test workers run desktops of their own."""
     found: dict[int, str] = {}
     for entry in os.scandir("/proc"):

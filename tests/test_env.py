@@ -72,7 +72,7 @@ def test_a_closed_window_can_be_reopened_from_the_desktop_menu(env: XvfbEnvironm
     env.execute(Action("click", x=230, y=210))  # its first entry: Terminal
     assert env.find_windows("XTerm")
     assert np.array_equal(env.screenshot(), start)  # the same terminal the task started, pixel for pixel
-    pids = env.session_pids()  # found by the task's tag: the app is part of the task
+    pids = env.session_pids()  # a member of the task's namespace: the app is part of the task
     assert pids and all(f"HOME={GUEST_HOME}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
                         for p in pids)
     env.reset(task(), Path("."))
@@ -109,28 +109,39 @@ def test_mouse_click_reaches_the_app(env: XvfbEnvironment) -> None:
     env.execute(Action("key", keys=("esc",)))
 
 
+def held_state(dpy):  # noqa: ANN001, ANN201
+    """(keycodes held down, mouse buttons held down, modifier mask) as the X server sees them now."""
+    from Xlib import X
+
+    keymap = dpy.query_keymap()
+    keys = [i * 8 + bit for i, byte in enumerate(keymap) for bit in range(8) if byte >> bit & 1]
+    mask = dpy.screen().root.query_pointer().mask
+    buttons = [b for b, m in ((1, X.Button1Mask), (2, X.Button2Mask), (3, X.Button3Mask)) if mask & m]
+    return keys, buttons, mask
+
+
 def test_held_keys_buttons_and_caps_lock_never_leak_into_the_next_case(env: XvfbEnvironment) -> None:
     """An agent may end its turn holding shift, a mouse button, or with Caps Lock on: all of it lives in the
-    X server, which outlives reset, so reset must clear it or the next case on this worker types and clicks
-    differently."""
+    X server, not in any process of the task, so reset must clear it (it starts a new server) or the next case
+    on this worker types and clicks differently."""
     from Xlib import X
     from Xlib import display as xdisplay
-
-    from pytest_retrace.envs.inputs import held_state
 
     env.reset(MOUSEPAD, Path("."))
     for action in (Action("key_down", keys=("shift",)), Action("key_down", keys=("ctrl",)),
                    Action("mouse_down", 600, 400), Action("key", keys=("capslock",))):
         env.execute(action)
-    dpy = xdisplay.Display(env.display)
-    try:
-        keys, buttons, mask = held_state(dpy)
-        assert keys and buttons == [1] and mask & X.LockMask, "the agent's held input did not reach the server"
-        env.reset(MOUSEPAD, Path("."))  # the next case on the same worker
-        keys, buttons, mask = held_state(dpy)
-        assert (keys, buttons, mask & (X.LockMask | X.ShiftMask | X.ControlMask)) == ([], [], 0)
-    finally:
-        dpy.close()
+    for reset in (False, True):
+        if reset:
+            env.reset(MOUSEPAD, Path("."))  # the next case on the same worker
+        dpy = xdisplay.Display(env.display)
+        try:
+            keys, buttons, mask = held_state(dpy)
+        finally:
+            dpy.close()
+        if not reset:
+            assert keys and buttons == [1] and mask & X.LockMask, "the agent's held input did not reach the server"
+    assert (keys, buttons, mask & (X.LockMask | X.ShiftMask | X.ControlMask)) == ([], [], 0)
     env.execute(Action("type", text="abc"))
     env.execute(Action("hotkey", keys=("ctrl", "s")))
     assert env.read_file("~/notes.txt") == b"abc"  # lower case, and a save: nothing was still held
@@ -139,7 +150,7 @@ def test_held_keys_buttons_and_caps_lock_never_leak_into_the_next_case(env: Xvfb
 def test_keys_held_during_a_click_and_a_held_chord(env: XvfbEnvironment) -> None:
     env.reset(MOUSEPAD, Path("."))
     env.execute(Action("type", text="one two"))
-    env.execute(Action("click", 35, 80, hold=("shift",)))  # shift+click before "two": selects "two"
+    env.execute(Action("click", 35, 56, hold=("shift",)))  # shift+click before "two": selects "two"
     env.execute(Action("type", text="X"))  # replaces the selection
     env.execute(Action("hotkey", keys=("shift",), seconds=0.5))  # Claude's hold_key: types nothing
     env.execute(Action("hotkey", keys=("ctrl", "s")))

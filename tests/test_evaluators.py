@@ -175,6 +175,37 @@ def test_local_file_missing_is_a_case_error(env: LocalEnv, tmp_path: Path) -> No
         evaluate(spec, env)
 
 
+def test_local_file_stays_inside_the_case_dir_and_reads_regular_files_only(
+    env: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case_dir = tmp_path / "case"
+    (case_dir / "sub").mkdir(parents=True)
+    (case_dir / "big.txt").write_text("0123456789")
+    (tmp_path / "secret.txt").write_text("secret")
+    (case_dir / "link").symlink_to(tmp_path, target_is_directory=True)  # passes the load-time '..' check
+
+    def expected(path: str) -> dict[str, Any]:
+        return {"func": "exact_match", "result": file("~/x"), "expected": {"type": "local_file", "path": path}}
+
+    with pytest.raises(EvaluatorError, match=r"^evaluator\.expected: local_file: 'link/secret\.txt' resolves to .*"
+                                             r"outside the case directory"):
+        evaluate(expected("link/secret.txt"), env, case_dir)
+    with pytest.raises(EvaluatorError, match="not a regular file"):
+        evaluate(expected("sub"), env, case_dir)
+    monkeypatch.setattr("pytest_retrace.evaluators.getters.MAX_LOCAL_FILE_BYTES", 5)
+    with pytest.raises(EvaluatorError, match="larger than 5 bytes"):
+        evaluate(expected("big.txt"), env, case_dir)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 601, float("inf"), float("nan"), True])
+def test_command_getter_timeout_is_positive_and_bounded(timeout: object) -> None:
+    spec = {"func": "exact_match", "result": {"type": "vm_command_line", "command": "true", "timeout": timeout},
+            "expected": {"type": "rule", "rules": "x"}}
+    with pytest.raises(EvaluatorError, match=r"^evaluator\.result\.timeout: (must be seconds in \(0, 600\]|wrong)"):
+        validate_evaluator(spec)
+    validate_evaluator({**spec, "result": {**spec["result"], "timeout": 600}})
+
+
 def test_absent_and_none_expected_give_none(env: LocalEnv) -> None:
     write(env, "a.txt", "x")
     assert score({"func": "file_exists", "result": file("~/a.txt")}, env) == 1.0

@@ -125,3 +125,62 @@ def pytest_retrace_summary(summary, run_dir, config):
     out = json.loads((project.path / "hook-output.json").read_text())
     assert sorted(n.split("[")[1] for n in out["records"]) == ["typo-short-noop-implicit-r10]", "typo-short-oracle-explicit-none-r10]"]
     assert {g["model"]: g["recovered"] for g in out["groups"]} == {"noop": 0, "oracle": 1}
+
+
+# --- broken case files (collection only: no desktop) ------------------------------------------------
+
+
+def test_each_broken_case_file_is_one_collection_error_and_the_good_case_is_collected(
+    pytester: pytest.Pytester,
+) -> None:
+    """Whatever is wrong with a case file, even a bug in the loader, it stops only that file."""
+    import copy
+
+    import yaml
+
+    from .test_cases import VALID, write_case
+
+    cases = pytester.path / "cases"
+    write_case(cases, "good", VALID)
+    wait_null = copy.deepcopy(VALID)
+    wait_null["trajectory"][1] = {"action": "wait", "seconds": None}
+    write_case(cases, "wait-null", wait_null)
+    keys_number = copy.deepcopy(VALID)
+    keys_number["trajectory"][1] = {"action": "key", "keys": 5}  # once a TypeError: INTERNALERROR
+    write_case(cases, "keys-number", keys_number)
+    write_case(cases, "duplicate-key", yaml.safe_dump(VALID, sort_keys=False) + "d: 2\n")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    write_case(cases, "alias-bomb", bomb)
+    write_case(cases, "crash", VALID)
+    # a loader bug: any exception, not only CaseError, must stay this one file's collection error
+    pytester.makeconftest('''
+import pytest_retrace.plugin as plugin
+
+real = plugin.load_case
+
+def crashing(path, **kwargs):
+    if path.name == "crash.yaml":
+        raise RuntimeError("loader bug")
+    return real(path, **kwargs)
+
+plugin.load_case = crashing
+''')
+    (pytester.path / "agents").mkdir()
+    (pytester.path / "agents" / "noop.yaml").write_text("provider: noop\n")
+    res = pytester.runpytest_subprocess("--collect-only", "-q", "--retrace-model=noop", "--retrace-cases=cases",
+                                        "--retrace-agents=agents", "-p", "no:cacheprovider", "cases")
+    out = res.stdout.str()
+    assert res.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "INTERNALERROR" not in out + res.stderr.str()
+    assert "cases/good.yaml::test_recovery[good-noop-implicit-r10]" in res.stdout.lines
+    res.stdout.fnmatch_lines(["1 test collected, 5 errors in *"])
+    for name, message in [
+        ("wait-null", "trajectory[1]: wait: seconds must be a number, got None"),
+        ("keys-number", "trajectory[1]: key: keys must be a key name or a list of key names, got 5"),
+        ("duplicate-key", "line 43, column 1: invalid YAML: found duplicate key 'd'"),
+        ("alias-bomb", "line 1, column 23: invalid YAML: more than 10000 values once aliases are expanded"),
+        ("crash", "unexpected RuntimeError while loading the case: loader bug"),
+    ]:
+        assert out.count(f"ERROR collecting cases/{name}.yaml") == 1, out
+        assert f"{cases / name}.yaml: {message}" in out, out

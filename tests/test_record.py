@@ -69,3 +69,24 @@ def test_cli_records_the_good_case_and_names_the_broken_one(tmp_path: Path, caps
     assert f"FAILED {never}: full trajectory failed the evaluator on replay 1" in out
     assert f"recorded {good} (hidden-state)" in out  # one broken case never stops the others
     assert (tmp_path / "cd-away" / "target.png").is_file() and not (tmp_path / "never").exists()
+
+
+def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) -> None:
+    """No desktop: the write step alone. A screenshot directory swapped for a symlink after loading (the
+    replays take minutes) must not redirect the write outside the case directory."""
+    from pytest_retrace.build.record import _write_png
+
+    case_dir, outside = tmp_path / "case", tmp_path / "outside"
+    case_dir.mkdir()
+    outside.mkdir()
+    case = load_case(write_case(case_dir, "x", ["pyautogui.write('zz')"]), check_screenshots=False)
+    pixels = np.zeros((2, 3, 3), dtype=np.uint8)
+    _write_png(case, "screenshots.target", case.screenshots.target, pixels)
+    assert load_png(case.target_png).shape == (2, 3, 3)
+    assert [p.name for p in case.target_png.parent.iterdir()] == ["target.png"]  # no temporary file left
+    (case_dir / "x" / "target.png").unlink()
+    (case_dir / "x").rmdir()
+    (case_dir / "x").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(RecordError, match=r"x\.yaml: screenshots\.error: 'x/error\.png' is outside the case dir"):
+        _write_png(case, "screenshots.error", case.screenshots.error, pixels)
+    assert list(outside.iterdir()) == []

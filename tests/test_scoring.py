@@ -66,10 +66,11 @@ def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project
     project.makeconftest(PROBE)
     agent(project, "hostile-scroll", actions=["pyautogui.scroll(100000)"])
     agent(project, "offscreen", actions=["pyautogui.click(5000, 10)"])
+    agent(project, "sleepy", actions=["time.sleep(60)\ntime.sleep(60)\ntime.sleep(60)"])  # 3 min in one turn
     (project.path / "agents" / "crashy.yaml").write_text("provider: crashy\n")
-    res = project.runpytest_subprocess("--retrace-model=hostile-scroll,offscreen,crashy", "-k", "typo-short",
+    res = project.runpytest_subprocess("--retrace-model=hostile-scroll,offscreen,sleepy,crashy", "-k", "typo-short",
                                        "--retrace-run=own", "-p", "no:cacheprovider")
-    res.assert_outcomes(failed=2, errors=1)
+    res.assert_outcomes(failed=3, errors=1)
     by_model = {r["model"]: r for r in records(project, "own")}
     scroll, off, crash = by_model["hostile-scroll"], by_model["offscreen"], by_model["crashy"]
     assert scroll["verdict"] == "not_recovered" and scroll["invalid_steps"] == 1 and scroll["actions_used"] == 1
@@ -77,6 +78,9 @@ def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project
     assert "dy must be an integer in -100..100" in step["error"]
     assert off["verdict"] == "not_recovered" and off["failed_actions"] == 1
     assert "outside the 1280x800 screen" in next(a["error"] for a in off["actions"] if a.get("error"))
+    sleepy = by_model["sleepy"]
+    assert sleepy["verdict"] == "not_recovered" and sleepy["invalid_steps"] == 1
+    assert any("waits or holds keys 180 s in total (limit 120 s)" in (a.get("error") or "") for a in sleepy["actions"])
     assert crash["verdict"] == "error" and crash["error"]["kind"] == "agent-bug"
     assert "act raised KeyError: 'a bug in the agent' at conftest.py:" in crash["error"]["message"]
     g = groups(summary(project, "own"))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,7 +92,19 @@ MAX_KEYS = 16  # keys named in one action
 MAX_PRESSES = 100  # key presses in one action (presses x keys)
 MAX_WAIT = 60.0  # seconds one wait action may ask
 MAX_HOLD = 10.0  # seconds a chord may be held (Claude's hold_key)
+# ... and on one turn (one model reply), whatever its dialect: the replay checks every turn before running it.
+MAX_TURN_ACTIONS = 200
+MAX_TURN_WAIT = 120.0  # seconds of waiting and holding, summed over the turn's actions
 POINTER_KINDS = frozenset({"click", "move", "drag", "mouse_down", "mouse_up", "scroll"})
+
+
+def check_turn(actions: Sequence[Action]) -> None:
+    """Raise ActionError if one turn asks for more than a turn may (see the caps above)."""
+    if len(actions) > MAX_TURN_ACTIONS:
+        raise ActionError(f"too many actions in one turn ({len(actions)}, limit {MAX_TURN_ACTIONS})")
+    waited = sum(a.seconds * (a.presses if a.kind == "hotkey" else 1) for a in actions)
+    if waited > MAX_TURN_WAIT:
+        raise ActionError(f"the turn waits or holds keys {waited:g} s in total (limit {MAX_TURN_WAIT:g} s)")
 
 
 def untypeable(char: str) -> bool:
@@ -206,24 +220,62 @@ class Action:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Action:
+        """An action from its mapping form (case files, results). The mapping is untrusted input: every
+        field's type is checked here, before __post_init__ checks ranges, so that any bad value is an
+        ActionError naming the field rather than a TypeError from deep inside."""
         if not isinstance(data, dict) or "action" not in data:
-            raise ActionError(f"an action mapping needs an 'action' field, got {data!r}")
+            raise ActionError(f"an action mapping needs an 'action' field, got {_show(data)}")
+        kind = data["action"]
+        if not isinstance(kind, str):
+            raise ActionError(f"action must be a string naming the kind, got {_show(kind)}")
         fields = {f.name for f in dataclasses.fields(cls)} - {"kind"}
-        extra = set(data) - fields - {"action"}
+        extra = sorted(str(k) for k in data if k not in fields and k != "action")
         if extra:
-            raise ActionError(f"{data['action']}: unknown field(s) {', '.join(sorted(extra))}")
-        kwargs = {k: v for k, v in data.items() if k != "action"}
-        for name in ("keys", "hold"):
-            if name in kwargs:
-                keys = kwargs[name]
-                kwargs[name] = tuple([keys] if isinstance(keys, str) else keys)
-        return cls(kind=data["action"], **kwargs)
+            raise ActionError(f"{kind}: unknown field(s) {', '.join(extra)}")
+        kwargs = {k: _mapping_field(kind, k, v) for k, v in data.items() if k != "action"}
+        return cls(kind=kind, **kwargs)  # type: ignore[arg-type]
 
     def describe(self) -> str:
         """One line for logs and failure messages."""
         d = self.to_dict()
         kind = d.pop("action")
         return kind + ("(" + ", ".join(f"{k}={v!r}" for k, v in d.items()) + ")" if d else "")
+
+
+_COORDINATES = frozenset({"x", "y", "x2", "y2"})
+_INTEGERS = _COORDINATES | {"clicks", "dx", "dy", "presses"}
+
+
+def _show(value: Any) -> str:
+    """A short repr for messages: the value may be huge (a long string, an int with thousands of digits)."""
+    try:
+        return reprlib.repr(value)
+    except ValueError:  # an int beyond Python's int-to-str limit
+        return f"<a {type(value).__name__} too large to print>"
+
+
+def _mapping_field(kind: str, name: str, value: Any) -> Any:
+    """One field of an action mapping, type-checked (ranges are __post_init__'s job); keys become a tuple."""
+    from .pyautogui import MAX_NUMBER  # the same bound on numbers as for code strings (a lazy import: cycle)
+
+    if name in ("keys", "hold"):
+        keys = [value] if isinstance(value, str) else value
+        if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+            raise ActionError(f"{kind}: {name} must be a key name or a list of key names, got {_show(value)}")
+        return tuple(keys)
+    if name in _INTEGERS:
+        # bool is an int in Python, but `clicks: true` in a case file is a mistake, not 1 click
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        ok, expected = integer or (value is None and name in _COORDINATES), "an integer"
+    elif name == "seconds":
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    else:  # button, text
+        ok, expected = isinstance(value, str), "a string"
+    if not ok:
+        raise ActionError(f"{kind}: {name} must be {expected}, got {_show(value)}")
+    if isinstance(value, int) and abs(value) > MAX_NUMBER:
+        raise ActionError(f"{kind}: {name} is too large (magnitude over {MAX_NUMBER})")
+    return value
 
 
 @dataclass(frozen=True)

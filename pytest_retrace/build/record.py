@@ -6,12 +6,14 @@ and passes the same candidate check as `retrace build` (:func:`.verify.verify_ca
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..cases import RecoveryCase, load_case
+from ..cases import RecoveryCase, load_case, outside_dir
 from ..envs import Environment
 from ..evaluators import evaluate
 from .verify import Rejected, replay, verify_candidate
@@ -32,8 +34,6 @@ class Recording:
 
 def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int = 0, threshold: float = 0.99,
                 write: bool = True) -> Recording:
-    from PIL import Image
-
     case = load_case(path, check_screenshots=False)
     for i in range(replays):
         replay(env, case.task, case.dir, case.trajectory)
@@ -55,7 +55,35 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     if intent is not None and intent != got.kind:
         checks.append(f"note: metadata says {intent!r}, measured {got.kind!r}")
     if write:
-        for png, arr in ((case.target_png, got.target), (case.error_png, got.error)):
-            png.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(arr).save(png, optimize=True)
+        for field, rel, arr in (("screenshots.target", case.screenshots.target, got.target),
+                                ("screenshots.error", case.screenshots.error, got.error)):
+            _write_png(case, field, rel, arr)
     return Recording(case, got.target, got.error, got.kind, checks)
+
+
+def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> None:
+    """Write a screenshot inside the case's directory and nowhere else.
+
+    Loading checked the path, but the replays take minutes: check again right before creating its
+    directory and before writing (a directory on the way may have become a symlink meanwhile). The PNG
+    is written to a temporary file that then replaces the target: a rename replaces a symlink itself
+    instead of writing through it, and a failed write leaves no half-written screenshot."""
+    from PIL import Image
+
+    def check_inside() -> None:
+        if problem := outside_dir(case.dir, rel):
+            raise RecordError(f"{case.path}: {field}: {problem}")
+
+    png = case.dir / rel
+    check_inside()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    check_inside()  # and still, with the directories just made
+    fd, tmp = tempfile.mkstemp(dir=png.parent, prefix=".record-", suffix=".png")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make the committed screenshot private
+        with os.fdopen(fd, "wb") as fh:
+            Image.fromarray(arr).save(fh, format="PNG", optimize=True)
+        os.replace(tmp, png)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -30,6 +30,12 @@ class ActionFailed(EnvError):
     a ground-truth replay it is a desync, an infrastructure error."""
 
 
+class FileRefused(Exception):
+    """A file of the task an evaluator may not read: not a regular file (FIFO, device, socket, directory),
+    over the size cap, or reached through a link out of the task's home and /tmp. It exists and the agent
+    made it so: the check scores 0 with this message as its reason (never an infrastructure error)."""
+
+
 @runtime_checkable
 class Environment(Protocol):
     name: str
@@ -44,7 +50,10 @@ class Environment(Protocol):
 
     def screenshot(self) -> np.ndarray: ...
     def cursor_position(self) -> tuple[int, int]: ...
-    def read_file(self, path: str) -> bytes | None: ...
+    def read_file(self, path: str) -> bytes | None:
+        """A regular file of the task; None if it does not exist; raises FileRefused for anything else."""
+        ...
+
     def write_file(self, path: str, data: bytes) -> None: ...
     def run(self, command: str, timeout: float = 30.0) -> CommandResult: ...
     def close(self) -> None: ...

@@ -1,25 +1,25 @@
 """The default environment: a real X desktop (Xvfb + openbox) with real Debian apps.
 
-Isolation and determinism choices, each because a screenshot must be reproducible bit for bit:
+Isolation and determinism choices, each because a screenshot must be reproducible bit for bit or because
+the agent under test is untrusted:
 - ``Xvfb -displayfd`` picks a free display number itself, so parallel xdist workers never race.
 - ``Xvfb -noreset``: by default the server resets when its last client disconnects. The first
   ``xprop`` that polls for the window manager could be that client, and a connection that arrives
   during the reset fails: openbox then exited with "Failed to open the display" (measured: 13 of
   360 starts with 3 desktops starting at once).
-- Every app runs in a private mount namespace where the environment's own home directory is mounted at
-  ``/home/user``: window titles and file dialogs show the same path in every worker (``/tmp/xyz``
-  would differ per worker and break SSIM against the recorded target).
-- Every process started for a task carries ``RETRACE_SESSION=<tag>`` in its environment; reset kills
-  exactly the processes with that tag (daemons that re-parent away included), without a process tree.
-- Xvfb and the window manager die with the worker even on SIGKILL (PR_SET_PDEATHSIG), and every
-  other process we started dies with Xvfb's display.
+- Every app and shell of a task runs in the task's sandbox (``sandbox.py``): its own PID, mount and
+  network namespaces, an unprivileged user, ``/home/user`` and ``/tmp`` private to the task. Window titles
+  and file dialogs therefore show the same paths in every worker, and reset ends every process of the task
+  by ending its namespace.
+- Xvfb and the window manager die with the worker even on SIGKILL (PR_SET_PDEATHSIG), and so does the
+  task's namespace.
 - GTK cursor blink and animations are off; D-Bus is disabled and GSettings writes a keyfile in HOME,
   so an app's settings are plain files that reset restores (and evaluators can read).
 """
 
 from __future__ import annotations
 
-import ctypes
+import fcntl
 import os
 import shlex
 import shutil
@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import IO
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +38,12 @@ from ..cases import CommandStep, FileStep, LaunchStep, Task
 from ..evaluators import CommandResult
 from ..settle import Rect, SettleConfig, wait_stable
 from . import ActionFailed, EnvError
-from .inputs import release_all
+from .guestfs import MAX_READ
 from .keymap import Keymap
-from .procfs import tagged_pids
+from .sandbox import GUEST_HOME, Sandbox, available, die_with_parent
 
-GUEST_HOME = "/home/user"
+NETWORK_MODES = ("none", "host")
+MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
 _TEMPLATE = Path(__file__).with_name("home-template")
 _OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
 # The desktop's application menu (right-click on the desktop), as on any real desktop: without it an
@@ -76,43 +78,34 @@ _TYPE_DELAY_MS = "25"
 # Time limits of one xdotool call: a base plus the time the action itself asks for (typing speed, wheel
 # clicks, key presses, a held chord). The caps on Action keep every accepted action well inside them.
 _BASE_TIMEOUT = 15.0
+_FIRST_DISPLAY = 10  # leave :0.. to a machine's own desktops
 
 
 def _keysym(key: str) -> str:
     return _KEYSYMS.get(key, key)
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the worker that started it dies, however it dies."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
-def _namespaces_work() -> bool:
-    if shutil.which("mount") is None:
-        return False
-    try:
-        res = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return res.returncode == 0
-
-
 class XvfbEnvironment:
     name = "xvfb"
 
     def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
-                 masks: Sequence[Rect] = ()) -> None:
+                 masks: Sequence[Rect] = (), network: str = "none", hide: Sequence[Path | str] = ()) -> None:
+        if network not in NETWORK_MODES:
+            raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORK_MODES)}")
         self.size = (int(size[0]), int(size[1]))
         self.settle_cfg = settle or SettleConfig()
         self.masks: Sequence[Rect] = masks  # set per case by the replay (regions ignored by settling)
+        self.network = network  # for tasks that do not ask for the network themselves
+        self.hide = tuple(Path(p) for p in hide)
         self.root: Path | None = None
         self.display = ""
         self.tag = ""
+        self.sandbox: Sandbox | None = None
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._wm: subprocess.Popen[bytes] | None = None
         self._grabber = None
         self._keymap: Keymap | None = None  # connected on the first character the keymap lacks
-        self._use_ns = False
+        self._claim: IO[str] | None = None  # the lock on our display number
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,66 +113,131 @@ class XvfbEnvironment:
             if shutil.which(tool) is None:
                 raise EnvError(f"{tool} not found: install the desktop packages (scripts/bootstrap)")
         self.root = Path(tempfile.mkdtemp(prefix="retrace-xvfb-"))
+        self.root.chmod(0o700)  # the sandbox user must not reach the harness's side of the desktop
         self.tag = str(self.root)  # unique, and tells a leak hunter which run a process belongs to
         (self.root / "logs").mkdir()
-        self._use_ns = os.geteuid() == 0 and _namespaces_work()
-        if self._use_ns:
-            os.makedirs(GUEST_HOME, exist_ok=True)
-        else:
+        if (why := available()) is not None:
             import warnings
 
-            warnings.warn(f"retrace xvfb: no private mount namespace (needs root, unshare and mount): apps see "
-                          f"HOME={self.home}, not {GUEST_HOME}; recorded screens that show paths will not match",
-                          RuntimeWarning, stacklevel=2)
-        read_fd, write_fd = os.pipe()
-        w, h = self.size
-        self._xvfb = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp", "-nocursor",
-             "-dpi", "96", "+extension", "XTEST", "-noreset"],
-            pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
-            preexec_fn=_die_with_parent,
-        )
-        os.close(write_fd)
-        try:
-            self.display = ":" + self._read_display(read_fd)
-        finally:
-            os.close(read_fd)
-        self._restore_home()
-        wm_home = self.root / "wm-home"  # the WM runs outside the namespace: give it a home of its own
-        self._write_menu(wm_home / ".config" / "openbox" / "menu.xml")
-        wm_env = {**self._env(session=False), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
-                  "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
-        self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
-            ["openbox", "--config-file", str(_OPENBOX_RC)], env=wm_env,
-            stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-        )
-        self._wait_for_wm()
+            warnings.warn(f"retrace xvfb: NO SANDBOX, {why}: apps run as this user with HOME={self.root / 'home'}, "
+                          f"not {GUEST_HOME}; recorded screens that show paths will not match, and an agent can "
+                          f"reach everything this user can", RuntimeWarning, stacklevel=2)
+        self._claim_display()
+        self.sandbox = Sandbox(self.root, self.display, _TEMPLATE, hide=self.hide, enabled=why is None)
+        self._start_wm()
+        self._connect()
+        self.sandbox.start(network=self.network == "host")  # an empty task until the first reset
+
+    def _connect(self) -> None:
         import mss
 
         factory = getattr(mss, "MSS", None) or mss.mss
         self._grabber = factory(display=self.display)
 
+    def _disconnect(self) -> None:
+        for conn in (self._grabber, self._keymap):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # the display is gone already; nothing left to release
+                    pass
+        self._grabber = self._keymap = None
+
+    def _stop_display(self) -> None:
+        self._disconnect()
+        for proc in (self._wm, self._xvfb):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()  # Xvfb removes its lock and socket files on SIGTERM
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+    def _restart_display(self) -> None:
+        """A fresh X server for every task. Any X client can change server state that no process holds:
+        key and modifier mappings (xmodmap), the pointer's button map, held keys and buttons, Caps Lock,
+        autorepeat (xset), the root window's colour and properties, the screen saver. Restoring a list of
+        them would miss the next one; a new server has none of it (measured cost in benchmarks/bench_env.py)."""
+        self._stop_display()
+        self._launch_xvfb(int(self.display.lstrip(":")))
+        self._start_wm()
+        self._connect()
+
+    def _start_wm(self) -> None:
+        assert self.root is not None and self.sandbox is not None
+        wm_home = self.root / "wm-home"  # the WM runs outside the sandbox: give it a home of its own
+        if not wm_home.exists():
+            self._write_menu(wm_home / ".config" / "openbox" / "menu.xml")
+        wm_env = {**self._host_env(), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
+                  "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
+        self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
+            ["openbox", "--config-file", str(_OPENBOX_RC)], env=wm_env,
+            stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+        )
+        self._wait_for_wm()
+
     def _write_menu(self, path: Path) -> None:
         """The root menu, whose entries start apps through a launcher that makes them part of the current
-        task (tagged, in the namespace, with the task's environment), exactly like a setup launch step:
-        reset kills them and they see /home/user."""
+        task (in its sandbox, with its environment), exactly like a setup launch step."""
         from xml.sax.saxutils import escape, quoteattr
 
-        assert self.root is not None
+        assert self.root is not None and self.sandbox is not None
         launcher = self.root / "bin" / "retrace-launch"
         launcher.parent.mkdir()
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self._env().items())
-        launcher.write_text(f"#!/bin/sh\ncd {shlex.quote(str(self.home))} || exit 1\n"
-                            f"exec env -i {env} {shlex.join(self._wrap([]))} \"$@\" "
-                            f">>{shlex.quote(str(self.root / 'logs' / 'menu.log'))} 2>&1\n")
-        launcher.chmod(0o755)
+        self.sandbox.write_launcher(launcher, log=self.root / "logs" / "menu.log")
         items = "".join(f'<item label={quoteattr(label)}><action name="Execute"><command>'
                         f"{escape(shlex.join([str(launcher), *argv]))}</command></action></item>"
                         for label, argv in DESKTOP_MENU)
         path.parent.mkdir(parents=True)
         path.write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n<openbox_menu xmlns="http://openbox.org/3.4/menu">'
                         f'<menu id="root-menu" label="Applications">{items}</menu></openbox_menu>\n')
+
+    def _claim_display(self) -> None:
+        """Xvfb on the first display number no other server (of ours or anyone's) holds.
+
+        Xvfb listens on its socket file only (no TCP, no abstract socket, which any process of the host's
+        network namespace could reach). Without the abstract socket nothing stops two servers from taking
+        the same number (one unlinks the other's socket file: measured with 3 desktops starting at once), so
+        a number is claimed first with a lock held for the desktop's life (released by the kernel however the
+        worker ends), then by Xvfb's own lock file, which catches servers that are not ours."""
+        for number in range(_FIRST_DISPLAY, _FIRST_DISPLAY + 1000):
+            claim = open(f"/tmp/.retrace-X{number}.lock", "a")  # noqa: SIM115 - held until close()
+            try:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                claim.close()
+                continue
+            if Path(f"/tmp/.X{number}-lock").exists():  # another server's, or a stale one: skip either way
+                claim.close()
+                continue
+            try:
+                self._launch_xvfb(number)
+            except EnvError:
+                claim.close()
+                if "already active" in self._tail("Xvfb"):
+                    continue  # lost a race with a server that is not ours: try the next number
+                raise
+            self._claim = claim
+            return
+        raise EnvError(f"no free X display number in {_FIRST_DISPLAY}..{_FIRST_DISPLAY + 999}")
+
+    def _launch_xvfb(self, number: int) -> None:
+        w, h = self.size
+        read_fd, write_fd = os.pipe()
+        self._xvfb = subprocess.Popen(
+            ["Xvfb", f":{number}", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24",
+             "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST",
+             "-noreset"],
+            pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
+            preexec_fn=die_with_parent,
+        )
+        os.close(write_fd)
+        try:
+            self.display = ":" + self._read_display(read_fd)
+        finally:
+            os.close(read_fd)
 
     def _read_display(self, fd: int, timeout: float = 15.0) -> str:
         deadline = time.monotonic() + timeout
@@ -200,7 +258,7 @@ class XvfbEnvironment:
         # openbox announces itself by setting _NET_SUPPORTING_WM_CHECK on the root window
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._env(session=False),
+            res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._host_env(),
                                  capture_output=True, text=True)
             if "window id" in res.stdout:
                 return
@@ -210,12 +268,12 @@ class XvfbEnvironment:
         raise EnvError("openbox did not start within 10 s")
 
     def reset(self, task: Task, case_dir: Path) -> None:
-        self._check_alive()
+        if self.root is None:
+            raise EnvError("the environment is not started")
         self.kill_session()
-        if self._keymap is not None:
-            self._keymap.clear()  # safe now: no app is left that could still translate a bound key
-        release_all(self.display)  # keys, buttons and locks an agent left held live in the X server
-        self._restore_home()
+        self._restart_display()
+        assert self.sandbox is not None
+        self.sandbox.start(network=task.network or self.network == "host")
         # the pointer outlives apps: park it so hover effects never depend on the previous case
         self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
         for i, step in enumerate(task.setup):
@@ -231,47 +289,18 @@ class XvfbEnvironment:
         try:
             self.kill_session()
         finally:
-            for proc in (self._wm, self._xvfb):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-            for conn in (self._grabber, self._keymap):
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except Exception:  # the display is gone already; nothing left to release
-                        pass
-            self._grabber = self._keymap = None
+            self._stop_display()
+            if self._claim is not None:
+                self._claim.close()  # after the server is gone: the number is free again
+                self._claim = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
 
     # -- processes ---------------------------------------------------------------------------------
-    def _env(self, session: bool = True) -> dict[str, str]:
-        assert self.root is not None
-        home = GUEST_HOME if self._use_ns else str(self.home)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "DISPLAY": self.display,
-            "HOME": home,
-            "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
-            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
-            "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
-            "XDG_CACHE_HOME": f"{home}/.cache", "XDG_RUNTIME_DIR": str(self.root / "runtime"),
-            # no session bus: apps fall back to single-instance-less mode, nothing outlives a reset
-            "DBUS_SESSION_BUS_ADDRESS": "disabled:", "NO_AT_BRIDGE": "1", "GTK_A11Y": "none",
-            "GSETTINGS_BACKEND": "keyfile", "GTK_OVERLAY_SCROLLING": "0",
-            "XDG_SESSION_TYPE": "x11", "RETRACE_ENV": self.tag,
-        }
-        if session:
-            env["RETRACE_SESSION"] = self.tag
-        return env
-
-    def _wrap(self, argv: list[str]) -> list[str]:
-        """Run argv with the environment's home mounted at /home/user (see module docstring)."""
-        if not self._use_ns:
-            return argv
-        script = 'mount --bind "$0" /home/user && cd /home/user && exec "$@"'
-        return ["unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", script, str(self.home), *argv]
+    def _host_env(self) -> dict[str, str]:
+        """For the harness's own X clients (xdotool, xprop): outside the sandbox, never given to a task."""
+        return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "DISPLAY": self.display,
+                "RETRACE_ENV": self.tag}
 
     def _log(self, name: str):  # noqa: ANN202 - a file object for Popen
         assert self.root is not None
@@ -285,89 +314,74 @@ class XvfbEnvironment:
             return ""
 
     def _check_alive(self) -> None:
+        # Only the X server: the window manager is an X client a task can kill, and reset restarts it.
         if self._xvfb is None or self._xvfb.poll() is not None:
             raise EnvError("the X server is not running")
-        if self._wm is None or self._wm.poll() is not None:
-            raise EnvError("the window manager is not running")
 
     def session_pids(self) -> list[int]:
-        """Every live process started for the current task (tagged RETRACE_SESSION=<tag>)."""
-        return tagged_pids(f"RETRACE_SESSION={self.tag}".encode() + b"\0")
+        """Every live process of the current task."""
+        return self.sandbox.pids() if self.sandbox is not None else []
 
-    def kill_session(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while pids := self.session_pids():
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)  # HOME is thrown away next, so nothing needs a clean exit
-                except ProcessLookupError:
-                    pass
-            # reap our own children so they don't linger as zombies (still listed in /proc)
-            while True:
-                try:
-                    if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                        break
-                except ChildProcessError:
-                    break
-            if time.monotonic() > deadline:
-                raise EnvError(f"processes {pids} survived SIGKILL for {timeout} s")
-            time.sleep(0.005)
+    def kill_session(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.kill()
 
-    # -- home directory ----------------------------------------------------------------------------
+    # -- files -------------------------------------------------------------------------------------
     @property
     def home(self) -> Path:
-        assert self.root is not None
-        return self.root / "home"
-
-    def _restore_home(self) -> None:
-        assert self.root is not None
-        shutil.rmtree(self.home, ignore_errors=True)
-        shutil.copytree(_TEMPLATE, self.home, symlinks=True)
-        runtime = self.root / "runtime"
-        shutil.rmtree(runtime, ignore_errors=True)
-        runtime.mkdir(mode=0o700)
-
-    def host_path(self, path: str) -> Path:
-        """Where a guest path (``~/x``, ``/home/user/x`` or absolute) lives on this machine."""
-        if path == "~" or path.startswith("~/"):
-            return self.home / path[2:]
-        if path == GUEST_HOME or path.startswith(GUEST_HOME + "/"):
-            return self.home / path[len(GUEST_HOME) + 1 :]
-        if not path.startswith("/"):
-            return self.home / path
-        return Path(path)
+        """The task's home directory as the host sees it."""
+        assert self.sandbox is not None
+        return self.sandbox.home
 
     def guest_path(self, path: str) -> str:
-        home = GUEST_HOME if self._use_ns else str(self.home)
-        if path == "~" or path.startswith("~/"):
-            return home + path[1:]
-        return path
+        assert self.sandbox is not None
+        return self.sandbox.fs.absolute(path) if path == "~" or path.startswith("~/") else path
 
     def read_file(self, path: str) -> bytes | None:
-        try:
-            return self.host_path(path).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
+        """A regular file of the task (in its home or /tmp), None if missing; FileRefused if it is anything
+        else (FIFO, device, a link out of those trees, over MAX_READ bytes)."""
+        assert self.sandbox is not None
+        return self.sandbox.fs.read(path, cap=MAX_READ)
 
     def write_file(self, path: str, data: bytes) -> None:
-        target = self.host_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        """Write a file as the task's user, inside its sandbox: a link an earlier setup step left in the home
+        is followed as that user would follow it, never with root's rights on the host."""
+        assert self.sandbox is not None
+        guest = self.sandbox.fs.absolute(path)
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+        with tempfile.TemporaryFile() as err:
+            proc = self.sandbox.popen(["/bin/sh", "-c", script, "sh", guest], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                proc.communicate(data, timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise EnvError(f"writing {path} did not finish within 30 s") from None
+            if proc.returncode != 0:
+                err.seek(0)
+                raise EnvError(f"cannot write {path}: {err.read(600).decode(errors='replace').strip()}")
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        """Run a shell command in the task's sandbox. A timeout is an outcome (exit status 124, as
+        coreutils' timeout): what a command waits on inside the sandbox is the task's state."""
         self._check_alive()
+        assert self.sandbox is not None
         # files, not pipes: a command that backgrounds a process must not hang us on an open pipe
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = self.sandbox.popen(["/bin/sh", "-c", command], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
             try:
-                res = subprocess.run(self._wrap(["/bin/sh", "-c", command]), env=self._env(), stdout=out,
-                                     stderr=err, stdin=subprocess.DEVNULL, timeout=timeout, cwd=self.home,
-                                     start_new_session=True)
+                code = proc.wait(timeout=timeout)
+                note = ""
             except subprocess.TimeoutExpired:
-                raise EnvError(f"command timed out after {timeout} s: {command}") from None
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code, note = 124, f"\nretrace: timed out after {timeout:g} s"
             out.seek(0)
             err.seek(0)
-            return CommandResult(res.returncode, out.read().decode(errors="replace"),
-                                 err.read().decode(errors="replace"))
+            return CommandResult(code, out.read(MAX_OUTPUT).decode(errors="replace"),
+                                 err.read(MAX_OUTPUT).decode(errors="replace") + note)
 
     # -- setup steps -------------------------------------------------------------------------------
     def _setup_step(self, step: LaunchStep | FileStep | CommandStep, case_dir: Path) -> None:
@@ -382,14 +396,15 @@ class XvfbEnvironment:
             self.launch(step.command, window=step.window, timeout=step.timeout)
 
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
+        assert self.sandbox is not None
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         argv = [self.guest_path(a) for a in argv]
         if shutil.which(argv[0]) is None:
             raise EnvError(f"{argv[0]} is not installed")
         name = Path(argv[0]).name
         with self._log(name) as log:
-            proc = subprocess.Popen(self._wrap(argv), env=self._env(), cwd=self.home, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = self.sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
         if window is None:
             return
         deadline = time.monotonic() + timeout
@@ -405,7 +420,7 @@ class XvfbEnvironment:
         """Visible windows whose class or title matches the regex `pattern`."""
         found: list[str] = []
         for field in ("--class", "--name"):
-            res = subprocess.run(["xdotool", "search", "--onlyvisible", field, pattern], env=self._env(False),
+            res = subprocess.run(["xdotool", "search", "--onlyvisible", field, pattern], env=self._host_env(),
                                  capture_output=True, text=True)
             found += res.stdout.split()
         return sorted(set(found))
@@ -421,7 +436,7 @@ class XvfbEnvironment:
         return wait_stable(self.screenshot, self.settle_cfg, self.masks).seconds
 
     def cursor_position(self) -> tuple[int, int]:
-        res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._env(False), capture_output=True,
+        res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(), capture_output=True,
                              text=True, timeout=_BASE_TIMEOUT)
         values = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
         try:
@@ -458,7 +473,7 @@ class XvfbEnvironment:
 
     def _xdotool(self, args: list[str], timeout: float = _BASE_TIMEOUT) -> None:
         try:
-            res = subprocess.run(["xdotool", *args], env=self._env(False), capture_output=True, text=True,
+            res = subprocess.run(["xdotool", *args], env=self._host_env(), capture_output=True, text=True,
                                  timeout=timeout)
         except subprocess.TimeoutExpired:
             self._check_alive()  # a dead desktop is an infrastructure error, whatever the action was

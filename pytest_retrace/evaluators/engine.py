@@ -5,7 +5,10 @@ Failure policy, because a verdict must mean something:
   records why: a broken file produced by the agent is a task failure;
 - an exception raised by the environment itself (``EvalEnv.read_file`` / ``run``) propagates unchanged:
   that is broken infrastructure, and the caller must not count it against the agent;
-- ``EvaluatorError`` (the case's evaluator is wrong, e.g. a ``local_file`` missing from the case) propagates.
+- ``EvaluatorError`` (the case's evaluator is wrong, e.g. a ``local_file`` missing from the case) propagates;
+- ``FileRefused`` (the env would not read a file the agent turned into a FIFO, a device link, a link out of
+  its home, or something huge) fails the whole evaluation, whatever ``not`` and ``or`` around the check say:
+  a check that could not look at the file has not seen it absent either.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..envs import FileRefused
 from .base import (
     GETTERS,
     METRICS,
@@ -46,6 +50,9 @@ def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None) -
     guarded = _GuardedEnv(env)
     details: list[str] = []
     score = _run_group(plan, GetterContext(guarded, case_dir), guarded, details)
+    if guarded.refused:
+        score = 0.0
+        details.append(f"failed: {len(guarded.refused)} file(s) the evaluator refused to read")
     return Evaluation(score=score, passed=score >= 1.0, details=details)
 
 
@@ -56,6 +63,7 @@ class _GuardedEnv:
     def __init__(self, env: EvalEnv) -> None:
         self._env = env
         self._raised: list[BaseException] = []
+        self.refused: list[str] = []  # files the env would not read (FileRefused): they fail the evaluation
 
     def read_file(self, path: str) -> bytes | None:
         return self._call(self._env.read_file, path)
@@ -66,6 +74,8 @@ class _GuardedEnv:
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
+        except FileRefused:
+            raise  # the agent's artefact, not the environment failing
         except Exception as exc:
             self._raised.append(exc)
             raise
@@ -110,6 +120,10 @@ def _run_check(check: Check, ctx: GetterContext, guarded: _GuardedEnv, details: 
         raise
     except CheckFailed as exc:
         raw = Score.fail(str(exc))
+    except FileRefused as exc:
+        guarded.refused.append(str(exc))
+        details.append(f"{label}: refused to read: {exc}")
+        return 0.0
     except Exception as exc:  # noqa: BLE001 - any failure on the agent's artefact scores 0
         if (infra := guarded.env_failure(exc)) is not None:
             raise infra

@@ -12,7 +12,9 @@ from typing import Any
 
 from .base import CommandResult, EvaluatorError, GetterContext, register_getter
 
-_TIMEOUT = {"timeout": (int, float)}
+_TIMEOUT = {"timeout": (int, float)}  # its range (0 < timeout <= MAX_TIMEOUT) is checked by the plan
+MAX_TIMEOUT = 600.0  # seconds a command getter may run
+MAX_LOCAL_FILE_BYTES = 64 << 20  # a file shipped with a case, read into memory whole
 
 
 # OSWorld's vm_file getter names a local copy in `dest`; we read the bytes directly, so it is accepted
@@ -64,10 +66,20 @@ def local_file(config: Mapping[str, Any], ctx: GetterContext) -> bytes:
     """
     if ctx.case_dir is None:
         raise EvaluatorError("local_file needs the case directory (evaluate(..., case_dir=...))")
-    target = Path(ctx.case_dir) / config["path"]
+    # Load time rejects '..' and absolute paths; a symlink can still point elsewhere, so resolve it here,
+    # where the file is read.
+    root = Path(ctx.case_dir).resolve()
+    target = (root / config["path"]).resolve()
+    if root not in target.parents:
+        raise EvaluatorError(f"local_file: {config['path']!r} resolves to {str(target)!r}, outside the case "
+                             f"directory {str(root)!r}")
     if not target.is_file():
-        raise EvaluatorError(f"local_file: {str(target)!r} does not exist")
-    return target.read_bytes()
+        raise EvaluatorError(f"local_file: {str(target)!r} does not exist or is not a regular file")
+    with target.open("rb") as fh:
+        data = fh.read(MAX_LOCAL_FILE_BYTES + 1)
+    if len(data) > MAX_LOCAL_FILE_BYTES:
+        raise EvaluatorError(f"local_file: {str(target)!r} is larger than {MAX_LOCAL_FILE_BYTES} bytes")
+    return data
 
 
 def check_local_path(path: str) -> str | None:

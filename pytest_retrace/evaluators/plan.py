@@ -20,7 +20,7 @@ from .base import (
     EvaluatorError,
     metric_options,
 )
-from .getters import check_local_path
+from .getters import MAX_TIMEOUT, check_local_path
 from .values import short
 
 Conj = Literal["and", "or"]
@@ -186,6 +186,12 @@ def _check_getter(block: Any, where: str) -> None:
         _check_fields(block, fields.required, fields.optional, where)
     if kind == "local_file" and (problem := check_local_path(block["path"])):
         raise EvaluatorError(f"{where}.path: {problem}")
+    if "timeout" in block:  # a command getter's; NaN fails the comparison too
+        timeout = block["timeout"]
+        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+        if not (number and 0 < timeout <= MAX_TIMEOUT):
+            raise EvaluatorError(f"{where}.timeout: must be seconds in (0, {MAX_TIMEOUT:g}], "
+                                 f"got {short(timeout)}")
 
 
 def _check_fields(

@@ -12,7 +12,10 @@ _SHORT = 40
 
 def short(value: Any, limit: int = _SHORT) -> str:
     """repr() cut to ``limit`` characters, so a detail line stays one short line."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's int-to-str limit, from an untrusted file
+        return f"<a {type(value).__name__} too large to print>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
