@@ -481,6 +481,16 @@ def test_unknown_model_is_a_usage_error(pytester: pytest.Pytester, suite: tuple[
     result.stderr.fnmatch_lines(["*--retrace-model: model 'gpt-9': no gpt-9.yaml in*; available: noop, undo*"])
 
 
+def test_unknown_network_mode_is_a_usage_error(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
+    cases, agents = suite
+    result = pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--retrace-model=noop", "--retrace-network=wifi", f"--retrace-cases={cases}",
+        f"--retrace-agents={agents}", *RETRACE, str(cases),
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--retrace-network: 'wifi' is not one of none, host*"])
+
+
 def test_without_model_case_files_are_not_collected(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
     cases, agents = suite
     result = pytester.runpytest_subprocess(
