@@ -251,3 +251,21 @@ def test_setup_steps_write_as_the_tasks_user_never_as_root_on_the_host(env: Xvfb
     with pytest.raises(EnvError, match="Permission denied"):
         env.reset(evil, Path("."))
     assert not target.exists()
+
+
+def test_a_task_that_exhausts_memory_is_killed_inside_its_own_group() -> None:
+    """The kernel's OOM killer picks among the task's processes only, never another worker or the harness."""
+    e = XvfbEnvironment(memory_limit=256 << 20)
+    e.start()
+    try:
+        if e.sandbox.group.problem:  # type: ignore[union-attr]
+            pytest.skip(f"no control group here: {e.sandbox.group.problem}")  # type: ignore[union-attr]
+        groups = list(e.sandbox.group.dirs)  # type: ignore[union-attr]
+        e.reset(XTERM, Path("."))
+        res = e.run("python3 -c \"a = b'x' * (1 << 30)\"; echo $?")
+        assert res.stdout.split() == ["137"]  # SIGKILL from the group's OOM killer
+        assert e.find_windows("XTerm")  # the desktop and the task's other apps live on
+        assert e.run("echo alive").stdout == "alive\n"
+    finally:
+        e.close()
+    assert not any(g.exists() for g in groups)  # the group is removed with the desktop

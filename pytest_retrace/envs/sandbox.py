@@ -35,12 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from . import EnvError
+from .cgroups import TaskGroup
 from .guestfs import GuestFS
 
 GUEST_HOME = "/home/user"
 GUEST_USER = "user"
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
 NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads
+MEMORY_LIMIT = 4 << 30  # of all a task's processes together (cgroups.py); LibreOffice needs ~0.5 GiB
 FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write
 # Never hidden: the trees the sandbox itself is built from.
 _SYSTEM = frozenset(("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev", "/proc", "/sys", "/var", "/run",
@@ -69,7 +71,7 @@ class Sandbox:
     HOME pointing at the home directory on the host; kept so the package stays usable for development."""
 
     def __init__(self, root: Path, display: str, template: Path, *, hide: Sequence[Path] = (),
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, memory: int = MEMORY_LIMIT) -> None:
         self.root = root
         self.display = display
         self.template = template
@@ -82,6 +84,17 @@ class Sandbox:
         self.init_pid: int | None = None  # the namespace's init, as the host numbers it
         self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
         self._children: list[subprocess.Popen[bytes]] = []
+        self.group = TaskGroup(f"retrace-X{display.lstrip(':')}", memory=memory, pids=NPROC_LIMIT)
+        if enabled and not self.group.create():
+            import warnings
+
+            warnings.warn(f"retrace sandbox: no memory limit for tasks ({self.group.problem}): a task that "
+                          f"exhausts memory can make the kernel kill other processes", RuntimeWarning, stacklevel=2)
+
+    def _preexec(self) -> None:
+        """In every process started for a task, before it execs: die with the worker, join the task's group."""
+        die_with_parent()
+        self.group.join()
 
     # -- paths ---------------------------------------------------------------------------------------
     @property
@@ -145,7 +158,7 @@ class Sandbox:
         with open(self.root / "logs" / "sandbox.log", "ab") as log:
             # stdout is the readiness channel: the init says "ready" once every mount is in place
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                             preexec_fn=die_with_parent)
+                                             preexec_fn=self._preexec)
         assert self._unshare.stdout is not None
         with self._unshare.stdout:
             ready = _read_line(self._unshare.stdout.fileno(), timeout=15.0)
@@ -182,7 +195,7 @@ class Sandbox:
                 "--bounding-set=-all", "--no-new-privs", "--", *env]
 
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(self.argv(argv), cwd=self.home, preexec_fn=die_with_parent, **kwargs)
+        proc = subprocess.Popen(self.argv(argv), cwd=self.home, preexec_fn=self._preexec, **kwargs)
         self._children.append(proc)
         return proc
 
@@ -190,7 +203,8 @@ class Sandbox:
         """A script the window manager's menu runs: it starts an app inside whichever task is current."""
         pid_file = shlex.quote(str(self.root / "task.pid"))
         prefix = shlex.join(self._prefix("TASKPID")).replace("TASKPID", '"$pid"')
-        path.write_text(f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n"
+        join = "".join(f"echo $$ >{shlex.quote(f)} || exit 1\n" for f in self.group.join_files)
+        path.write_text(f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n{join}"
                         f"exec {prefix} \"$@\" >>{shlex.quote(str(log))} 2>&1\n")
         path.chmod(0o755)
 
@@ -222,6 +236,10 @@ class Sandbox:
         self._unshare = None
         self.init_pid = None
         self._ns = None
+
+    def close(self) -> None:
+        self.kill()
+        self.group.remove()
 
     def _kill_tagged(self, timeout: float) -> None:
         """Without namespaces, the task's processes are found by the tag in their environment (best effort:

@@ -40,7 +40,7 @@ from ..settle import Rect, SettleConfig, wait_stable
 from . import ActionFailed, EnvError
 from .guestfs import MAX_READ
 from .keymap import Keymap
-from .sandbox import GUEST_HOME, Sandbox, available, die_with_parent
+from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
 
 NETWORK_MODES = ("none", "host")
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
@@ -89,7 +89,8 @@ class XvfbEnvironment:
     name = "xvfb"
 
     def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
-                 masks: Sequence[Rect] = (), network: str = "none", hide: Sequence[Path | str] = ()) -> None:
+                 masks: Sequence[Rect] = (), network: str = "none", hide: Sequence[Path | str] = (),
+                 memory_limit: int = MEMORY_LIMIT) -> None:
         if network not in NETWORK_MODES:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORK_MODES)}")
         self.size = (int(size[0]), int(size[1]))
@@ -97,6 +98,7 @@ class XvfbEnvironment:
         self.masks: Sequence[Rect] = masks  # set per case by the replay (regions ignored by settling)
         self.network = network  # for tasks that do not ask for the network themselves
         self.hide = tuple(Path(p) for p in hide)
+        self.memory_limit = memory_limit  # bytes, for all processes of a task together
         self.root: Path | None = None
         self.display = ""
         self.tag = ""
@@ -123,7 +125,8 @@ class XvfbEnvironment:
                           f"not {GUEST_HOME}; recorded screens that show paths will not match, and an agent can "
                           f"reach everything this user can", RuntimeWarning, stacklevel=2)
         self._claim_display()
-        self.sandbox = Sandbox(self.root, self.display, _TEMPLATE, hide=self.hide, enabled=why is None)
+        self.sandbox = Sandbox(self.root, self.display, _TEMPLATE, hide=self.hide, enabled=why is None,
+                               memory=self.memory_limit)
         self._start_wm()
         self._connect()
         self.sandbox.start(network=self.network == "host")  # an empty task until the first reset
@@ -287,7 +290,8 @@ class XvfbEnvironment:
         if self.root is None:
             return
         try:
-            self.kill_session()
+            if self.sandbox is not None:
+                self.sandbox.close()  # its processes, then its control group
         finally:
             self._stop_display()
             if self._claim is not None:
