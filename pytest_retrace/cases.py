@@ -34,12 +34,12 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from .actions import POINTER_KINDS, Action, ActionError, parse_action
+from .envs.sandbox import GUEST_HOME  # the home every setup step and app sees
 from .evaluators import EvaluatorError, validate_evaluator
 from .evaluators.plan import Check, Group, compile_block
 from .evaluators.values import short
 
 DEFAULT_SCREEN = (1280, 800)
-GUEST_HOME = "/home/user"  # the sandbox home every setup step and app sees
 
 # Case files are input, not trusted code: these bound what loading one may cost or accept.
 MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB

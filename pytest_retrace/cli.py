@@ -74,6 +74,10 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
                 failed += 1
                 print(f"FAILED {exc}")
                 continue
+            except Exception as exc:  # noqa: BLE001 - a bug must not cost the other cases their recording
+                failed += 1
+                print(f"FAILED {path}: unexpected {type(exc).__name__}: {exc}")
+                continue
             print(f"recorded {path} ({rec.kind})")
             for line in rec.checks:
                 print(f"  - {line}")

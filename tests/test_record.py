@@ -90,3 +90,23 @@ def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) 
     with pytest.raises(RecordError, match=r"x\.yaml: screenshots\.error: 'x/error\.png' is outside the case dir"):
         _write_png(case, "screenshots.error", case.screenshots.error, pixels)
     assert list(outside.iterdir()) == []
+
+
+def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from pytest_retrace.build import record
+
+    first = write_case(tmp_path, "first", ["pyautogui.write('zz')"])
+    second = write_case(tmp_path, "second", ["pyautogui.write('zz')"])
+
+    def flaky(path, env, **kwargs):  # noqa: ANN001, ANN202, ARG001 - stands in for a recorder bug on one case
+        if Path(path) == first:
+            raise KeyError("a bug")
+        return types.SimpleNamespace(kind="visible", checks=[])
+
+    monkeypatch.setattr(record, "record_case", flaky)
+    assert cli.main(["record", str(first), str(second)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED {first}: unexpected KeyError: 'a bug'" in out and f"recorded {second} (visible)" in out
