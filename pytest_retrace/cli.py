@@ -110,10 +110,15 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
+    from .records import RecordError
     from .session import read_records
     from .stats import format_table, summarize
 
-    records = [r for p in args.results for r in read_records(Path(p))]
+    try:
+        records = [r for p in args.results for r in read_records(Path(p))]
+    except (OSError, RecordError) as exc:
+        print(f"retrace summary: {exc}", file=sys.stderr)
+        return 2
     summary = summarize(records)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))

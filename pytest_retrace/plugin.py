@@ -23,7 +23,8 @@ from .agents import (  # noqa: E402
     load_model_config,
 )
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
-from .session import RetraceSession, make_record, new_run_name, save_artifacts  # noqa: E402
+from .records import Failure, Record  # noqa: E402
+from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 
 # option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X. "args" options take
 # comma-separated values and may be repeated.
@@ -73,7 +74,7 @@ class Settings:
 settings_key = pytest.StashKey[Settings]()
 session_key = pytest.StashKey[RetraceSession]()
 case_key = pytest.StashKey[RecoveryCase]()
-record_key = pytest.StashKey[dict[str, Any]]()
+record_key = pytest.StashKey[Record]()
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,11 @@ def pytest_configure(config: pytest.Config) -> None:
         run = _opt(config, "run") or new_run_name([m.name for m in settings.models])
         config.stash[session_key] = RetraceSession(settings.report_dir / run)
         config.pluginmanager.register(_Controller(config, config.stash[session_key]), "retrace-controller")
+        # the built-in writers are implementations of the plugin's own hooks, like a third party's
+        from .writers import ResultsJsonl, SummaryJson
+
+        config.pluginmanager.register(ResultsJsonl(settings.report_dir / run), "retrace-results-jsonl")
+        config.pluginmanager.register(SummaryJson(), "retrace-summary-json")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "retrace-xdist")
 
@@ -384,12 +390,14 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
                          ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
                          verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier)
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
-    request.node.stash[record_key] = make_record(
-        nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
-        strategy=retrace_run.strategy, budget=retrace_run.budget, result=result, privileged=retrace_agent.privileged)
     run_dir = _run_dir(request.config)
+    artifacts: dict[str, str] = {}
     if run_dir is not None and result.error is None and not result.recovered:
-        save_artifacts(run_dir, request.node.nodeid, result)
+        artifacts = {p.stem: str(p.relative_to(run_dir)) for p in save_artifacts(run_dir, request.node.nodeid, result)}
+    request.node.stash[record_key] = Record.of_result(
+        result, nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
+        strategy=retrace_run.strategy, budget=retrace_run.budget, privileged=retrace_agent.privileged,
+        artifacts=artifacts)
     if result.error is not None:
         raise result.error
     return result
@@ -411,13 +419,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "setup" and report.failed and record is None:
         # the failure happened before the replay (environment start, agent construction)
         run: CaseRun = item.callspec.params["retrace_run"]
-        record = make_record(nodeid=item.nodeid, case=run.case, model=run.model.name, strategy=run.strategy,
-                             budget=run.budget,
-                             error={"stage": "setup", "kind": "env", "message": str(call.excinfo.value)[:2000]
-                                    if call.excinfo else "unknown"})
+        message = str(call.excinfo.value)[:2000] if call.excinfo else "unknown"
+        record = Record.of_error(Failure(stage="setup", kind="env", message=message), nodeid=item.nodeid,
+                                 case=run.case, model=run.model.name, strategy=run.strategy, budget=run.budget)
     if record is not None and ((call.when == "setup" and report.failed) or call.when == "call"):
-        # a custom report attribute survives xdist's report serialization to the controller
-        report.retrace_record = record
+        # a custom report attribute survives xdist's report serialization to the controller, as plain JSON
+        report.retrace_record = record.model_dump(mode="json")
     return report
 
 
@@ -429,8 +436,9 @@ class _Controller:
         self.config, self.session = config, session
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = getattr(report, "retrace_record", None)
-        if record is not None:
+        data = getattr(report, "retrace_record", None)
+        if data is not None:
+            record = Record.from_dict(data)
             self.session.add(record)
             self.config.hook.pytest_retrace_record(record=record, config=self.config)
 

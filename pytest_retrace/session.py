@@ -1,15 +1,16 @@
-"""Per-run state on the controller: the run directory, results.jsonl written as tests finish, the
-summary computed from records only (so -n 0, -n 2 and a merged or resumed run give the same numbers)."""
+"""Per-run state on the controller: the run directory, the records as tests finish, and the summary computed
+from records only (so -n 0, -n 2 and a merged or resumed run give the same numbers). Writing them is the job of
+the writers (writers.py), which implement the plugin's own hooks like any third party's."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .records import Record, RecordError
 from .replay import RecoveryResult
 from .stats import summarize
 
@@ -21,56 +22,6 @@ def new_run_name(models: list[str]) -> str:
 
 def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_")[:150]
-
-
-def make_record(*, nodeid: str, case: Any, model: str, strategy: str, budget: int,
-                result: RecoveryResult | None = None, error: dict[str, str] | None = None,
-                privileged: bool = False) -> dict[str, Any]:
-    """One line of results.jsonl: everything needed to recompute a summary or audit a verdict."""
-    rec: dict[str, Any] = {
-        "nodeid": nodeid,
-        "case": case.id if case is not None else None,
-        "task": case.task.id if case is not None else None,
-        "domain": case.task.domain if case is not None else None,
-        "horizon": case.horizon if case is not None else None,
-        "kind": case.metadata.get("kind") if case is not None else None,
-        "model": model,
-        "strategy": strategy,
-        "budget": budget,
-        "privileged": privileged,
-        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    if result is None:
-        rec.update(verdict="error", recovered=None, r_o=None, r_tc=None, ssim=None, evaluator_score=None,
-                   error=error, timings={}, actions=[])
-        return rec
-    ev = result.evaluation
-    rec.update(
-        verdict=result.verdict,
-        recovered=None if result.error else result.recovered,
-        r_o=result.r_o,
-        r_tc=result.r_tc,
-        ssim=result.ssim,
-        ssim_threshold=result.ssim_threshold,
-        evaluator_score=ev.score if ev else None,
-        evaluator_details=ev.details if ev else [],
-        screen_diff=(result.diff.describe() if result.diff else None),
-        error=({"stage": result.error.stage, "kind": result.error.kind, "message": result.error.message}
-               if result.error else None),
-        attempts=result.attempts,
-        reconstruction=result.reconstruction,
-        agent_turns=result.agent_turns,
-        actions_used=result.actions_used,
-        invalid_steps=result.invalid_steps,
-        failed_actions=result.failed_actions,
-        cut_actions=result.cut_actions,
-        usage=result.usage.to_dict(),
-        context_usage=result.context_usage.to_dict(),
-        timings=result.timings,
-        actions=[{"stage": s.stage, **s.action, "settle": s.settle, **({"rationale": s.rationale} if s.rationale else {}),
-                  **({"error": s.error} if s.error else {})} for s in result.steps],
-    )
-    return rec
 
 
 def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[Path]:
@@ -89,35 +40,39 @@ def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[P
     return paths
 
 
+SUMMARY_VERSION = 1  # of summary.json; bumped when a field changes meaning or disappears
+
+
 @dataclass
 class RetraceSession:
+    """The controller's view of a run: every record as it arrives, and the summary computed from them."""
+
     run_dir: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     summary: dict[str, Any] | None = None
 
-    def __post_init__(self) -> None:
-        self.results_path = self.run_dir / "results.jsonl"
+    @property
+    def results_path(self) -> Path:
+        return self.run_dir / "results.jsonl"
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Record) -> None:
         self.records.append(record)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # append + flush per record: an interrupted or crashed run keeps every finished result
-        with self.results_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
     def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
-        self.summary = {**summarize(self.records), "run": meta}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta}
         return self.summary
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a results.jsonl; a torn last line (killed mid-write) is skipped, not fatal."""
+def read_records(path: Path) -> list[Record]:
+    """Records of a results.jsonl. A torn last line (a run killed mid-write) is skipped; any other line that
+    is not a record of this version is an error naming the file and the line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, 1):
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+            out.append(Record.from_json(line))
+        except RecordError as exc:
+            if number == len(lines) and not line.endswith("}"):
+                continue  # the write a kill interrupted
+            raise RecordError(f"{path}:{number}: {exc}") from None
     return out

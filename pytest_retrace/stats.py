@@ -1,6 +1,6 @@
 """Aggregate per-test result records into recovery rates with confidence intervals.
 
-Each finished test yields one record (a JSON-able dict with ``nodeid``, ``model``,
+Each finished test yields one :class:`~pytest_retrace.records.Record` (``nodeid``, ``model``,
 ``strategy``, ``budget``, ``domain``, ``verdict``, ``r_o``, ``r_tc``, ``ssim``, ``error``, ``usage`` ...).
 Records are grouped per (model, strategy, budget) and per (model, strategy, budget, domain).
 
@@ -28,7 +28,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .records import Record
 
 Z_95: float = 1.959963984540054  # two-sided 95% normal quantile
 _DIGITS: int = 6
@@ -86,21 +89,21 @@ def _share(count: int, n: int) -> float | None:
     return count / n if n else None
 
 
-def _usage_sum(records: list[dict[str, Any]], field: str) -> float | None:
-    values = [(r.get(u) or {}).get(field) for r in records for u in ("usage", "context_usage")]
+def _usage_sum(records: list[Record], field: str) -> float | None:
+    values = [usage.get(field) for r in records for usage in (r.usage, r.context_usage)]
     present = [v for v in values if v is not None]
     return math.fsum(present) if present else None
 
 
 def _group_stats(model: str, strategy: str, budget: int | None, domain: str | None,
-                 records: list[dict[str, Any]], common: set[str] | None = None) -> GroupStats:
-    ok = [r for r in records if r.get("verdict") != "error"]
+                 records: list[Record], common: set[str] | None = None) -> GroupStats:
+    ok = [r for r in records if not r.is_error]
     n = len(ok)
-    recovered = sum(r.get("verdict") == "recovered" for r in ok)
+    recovered = sum(r.verdict == "recovered" for r in ok)
     low, high = wilson_interval(recovered, n)
-    ssims = [float(r["ssim"]) for r in ok if r.get("ssim") is not None]
-    shared = [r for r in ok if common is not None and r.get("case") in common]
-    shared_recovered = sum(r.get("verdict") == "recovered" for r in shared)
+    ssims = [r.ssim for r in ok if r.ssim is not None]
+    shared = [r for r in ok if common is not None and r.case in common]
+    shared_recovered = sum(r.verdict == "recovered" for r in shared)
     return GroupStats(
         model=model,
         strategy=strategy,
@@ -111,8 +114,8 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
         rate=_share(recovered, n),
         ci_low=low,
         ci_high=high,
-        r_o_rate=_share(sum(r.get("r_o") is True for r in ok), n),
-        r_tc_rate=_share(sum(r.get("r_tc") is True for r in ok), n),
+        r_o_rate=_share(sum(r.r_o is True for r in ok), n),
+        r_tc_rate=_share(sum(r.r_tc is True for r in ok), n),
         errors=len(records) - n,
         total=len(records),
         mean_ssim=math.fsum(ssims) / len(ssims) if ssims else None,
@@ -126,33 +129,29 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
     )
 
 
-def _dedupe(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _dedupe(records: Iterable[Record]) -> list[Record]:
     """Keep the LAST record per nodeid.
 
     A resumed run appends to the same results file and re-executes the tests that
     errored before, so the later record is the up-to-date outcome of that test.
-    Records without a nodeid are all kept.
     """
-    by_id: dict[Any, dict[str, Any]] = {}
-    for i, record in enumerate(records):
-        nodeid = record.get("nodeid")
-        key = nodeid if nodeid is not None else ("<no nodeid>", i)
-        by_id.pop(key, None)  # re-insert so dict order follows the winning record
-        by_id[key] = record
+    by_id: dict[str, Record] = {}
+    for record in records:
+        by_id.pop(record.nodeid, None)  # re-insert so dict order follows the winning record
+        by_id[record.nodeid] = record
     return list(by_id.values())
 
 
-def _key(record: dict[str, Any], field: str) -> str:
-    value = record.get(field)
+def _key(record: Record, field: str) -> str:
+    value = getattr(record, field)
     return "" if value is None else str(value)
 
 
-def _budget(record: dict[str, Any]) -> int | None:
-    value = record.get("budget")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _budget(record: Record) -> int | None:
+    return record.budget
 
 
-def _common_cases(records: list[dict[str, Any]]) -> dict[tuple[str, int | None], set[str] | None]:
+def _common_cases(records: list[Record]) -> dict[tuple[str, int | None], set[str] | None]:
     """Per (strategy, budget): the cases every compared model finished without an infrastructure error
     (None where only one model ran: nothing to compare)."""
     by_cell: dict[tuple[str, int | None], dict[str, dict[str, bool]]] = {}
@@ -160,7 +159,7 @@ def _common_cases(records: list[dict[str, Any]]) -> dict[tuple[str, int | None],
         cell = by_cell.setdefault((_key(r, "strategy"), _budget(r)), {})
         cases = cell.setdefault(_key(r, "model"), {})
         case = _key(r, "case")
-        cases[case] = cases.get(case, True) and r.get("verdict") != "error"
+        cases[case] = cases.get(case, True) and not r.is_error
     out: dict[tuple[str, int | None], set[str] | None] = {}
     for cell, models in by_cell.items():
         if len(models) < 2:
@@ -175,7 +174,7 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v) if isinstance(v, int) or v is None else (False, v) for v in key)
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: Iterable[Record]) -> dict[str, Any]:
     """Summarise records into a JSON-able dict, independent of record order.
 
     Returns ``{"groups", "domains", "n_records", "n_errors", "error_kinds"}`` where
@@ -184,15 +183,15 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     the records left after duplicate nodeids are resolved (last one wins).
     """
     unique = _dedupe(records)
-    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
-    cells: dict[tuple[str, str, int | None, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int | None], list[Record]] = {}
+    cells: dict[tuple[str, str, int | None, str], list[Record]] = {}
     for r in unique:
         model, strategy, budget, domain = _key(r, "model"), _key(r, "strategy"), _budget(r), _key(r, "domain")
         groups.setdefault((model, strategy, budget), []).append(r)
         cells.setdefault((model, strategy, budget, domain), []).append(r)
     common = _common_cases(unique)
-    errors = [r for r in unique if r.get("verdict") == "error"]
-    kinds = Counter(str((r.get("error") or {}).get("kind") or "unknown") for r in errors)
+    errors = [r for r in unique if r.is_error]
+    kinds = Counter((r.error.kind if r.error else "") or "unknown" for r in errors)
     return {
         "groups": [_group_stats(m, s, b, None, groups[m, s, b], common[s, b]).to_dict()
                    for m, s, b in sorted(groups, key=_order)],

@@ -114,7 +114,7 @@ def pytest_configure(config):
     config._seen = []
 
 def pytest_retrace_record(record, config):
-    config._seen.append(record["nodeid"])
+    config._seen.append(record.nodeid)
 
 def pytest_retrace_summary(summary, run_dir, config):
     with open("hook-output.json", "w") as fh:
