@@ -17,8 +17,26 @@ from pathlib import Path
 def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *extra]
+    argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *_joined(extra)]
     return int(pytest.main(argv))
+
+
+def _joined(argv: list[str]) -> list[str]:
+    """``--retrace-X VALUE`` as ``--retrace-X=VALUE``: pytest picks its rootdir before it knows the plugin's
+    options, and would take VALUE for a test path (plugin._check_rootdir)."""
+    from .plugin import OPTIONS
+
+    valued = {f"--retrace-{name}" for name in OPTIONS}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in valued and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def _case_files(paths: list[str]) -> list[Path]:

@@ -214,12 +214,45 @@ def _strategies(settings: Settings, model: ModelConfig) -> tuple[str, ...]:
 
 
 # -- configuration -----------------------------------------------------------------------------------
+PATH_OPTIONS = ("cases", "agents", "report-dir")
+
+
+def _check_rootdir(config: pytest.Config) -> None:
+    """pytest chooses its rootdir and ini file before plugins from entry points add their options, so in
+    ``--retrace-cases DIR`` it takes DIR for a test path. Where that moved the rootdir, the project's ini file
+    (and every ini option) was lost: say what to write rather than run with the wrong settings."""
+    raw = list(config.invocation_params.args)
+    spaced = [(raw[i], raw[i + 1]) for i in range(len(raw) - 1) if raw[i] in {f"--retrace-{n}" for n in PATH_OPTIONS}]
+    if not spaced:
+        return
+    from _pytest.config.findpaths import determine_setup
+
+    ns = config.known_args_namespace  # parsed again once this plugin's options were known
+    try:
+        rootpath, inipath, *_ = determine_setup(
+            inifile=ns.inifilename, override_ini=ns.override_ini, args=ns.file_or_dir,
+            rootdir_cmd_arg=ns.rootdir or None, invocation_dir=config.invocation_params.dir)
+    except TypeError:  # another pytest's signature: nothing to compare with
+        return
+    if (rootpath, inipath) != (config.rootpath, config.inipath):
+        option, value = spaced[0]
+        raise pytest.UsageError(
+            f"{option} {value}: pytest took {value} for a test path and chose its rootdir from it "
+            f"({config.rootpath}; ini file: {config.inipath or 'none'}) before it knew {option}. "
+            f"Write {option}={value}, or use `retrace run`, which does.")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's: a dry run must not start workers
 def pytest_configure(config: pytest.Config) -> None:
     settings = _settings(config)
     if settings is None:
         return
+    _check_rootdir(config)
     config.stash[settings_key] = settings
+    if not config.known_args_namespace.file_or_dir:
+        # No paths on the command line: the suite is the case directories, wherever they are (pytest's own
+        # default, testpaths or the current directory, knows nothing of --retrace-cases).
+        config.args = [str(p) for p in settings.case_roots]
     # One malformed case file must not stop the others: it stays a collection error, the rest runs.
     config.option.continue_on_collection_errors = True
     if settings.dry_run:

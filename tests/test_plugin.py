@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,42 @@ plugin.load_case = crashing
     ]:
         assert out.count(f"ERROR collecting cases/{name}.yaml") == 1, out
         assert f"{cases / name}.yaml: {message}" in out, out
+
+
+# --- case and agent directories anywhere (collection only: no desktop) ------------------------------
+
+
+def test_case_and_agent_directories_outside_the_project_work(pytester: pytest.Pytester,
+                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    """pytest picks its rootdir before it knows the plugin's options: `--retrace-cases DIR` once moved the
+    rootdir to DIR (the project's ini was lost) and collected nothing, or the project's own tests."""
+    from .test_cases import VALID, write_case
+
+    project = pytester.path
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+                                            'retrace_report_dir = "my-reports"\n')
+    (project / "tests").mkdir()
+    (project / "tests" / "test_own.py").write_text("def test_own():\n    pass\n")
+    outside = tmp_path_factory.mktemp("elsewhere")
+    write_case(outside / "cases", "good", VALID)
+    (outside / "agents").mkdir()
+    (outside / "agents" / "noop.yaml").write_text("provider: noop\n")
+    joined = [f"--retrace-cases={outside / 'cases'}", f"--retrace-agents={outside / 'agents'}"]
+    res = pytester.runpytest_subprocess("--collect-only", "--retrace-model=noop", *joined, "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.OK, res.stdout.str()
+    res.stdout.fnmatch_lines([f"rootdir: {project}", "configfile: pyproject.toml",  # the project's ini still holds
+                              "*<Function test_recovery[[]good-noop-implicit-r10[]]>", "*1 test collected*"])
+    assert "test_own" not in res.stdout.str()  # the suite, not the project's own tests
+    # the space form under plain pytest: a clear usage error instead of a run with the wrong settings
+    res = pytester.runpytest_subprocess("--collect-only", "-q", "--retrace-model=noop", "--retrace-cases",
+                                        str(outside / "cases"), f"--retrace-agents={outside / 'agents'}")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"*--retrace-cases {outside / 'cases'}: pytest took * for a test path*"
+                              f"Write --retrace-cases={outside / 'cases'}, or use `retrace run`*"])
+    # `retrace run` passes the option so that pytest knows it for what it is
+    retrace = Path(sys.executable).with_name("retrace")
+    run = subprocess.run([str(retrace), "run", "--model", "noop", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--retrace-cases", str(outside / "cases"), "--retrace-agents", str(outside / "agents")],
+                         cwd=project, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "test_recovery[good-noop-implicit-r10]" in run.stdout and "test_own" not in run.stdout
