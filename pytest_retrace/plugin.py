@@ -23,7 +23,7 @@ from .agents import (  # noqa: E402
     load_model_config,
 )
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
-from .records import Failure, Record  # noqa: E402
+from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 
 # option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X. "args" options take
@@ -47,6 +47,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "screen": ("string", "1280x800", "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
+    "resume": ("string", None, "continue run RUN (its name or directory): tests with a finished verdict are kept and "
+               "not run again; unfinished ones and infrastructure errors run"),
 }
 
 
@@ -73,6 +75,7 @@ class Settings:
 
 settings_key = pytest.StashKey[Settings]()
 session_key = pytest.StashKey[RetraceSession]()
+finished_key = pytest.StashKey[frozenset[str]]()  # --retrace-resume: nodeids that already have a verdict
 case_key = pytest.StashKey[RecoveryCase]()
 record_key = pytest.StashKey[Record]()
 
@@ -263,26 +266,58 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None:
         if not config.option.collectonly:
             _check_models(settings)
-        run = _opt(config, "run") or new_run_name([m.name for m in settings.models])
-        config.stash[session_key] = RetraceSession(settings.report_dir / run)
-        config.pluginmanager.register(_Controller(config, config.stash[session_key]), "retrace-controller")
+        session = RetraceSession(_run_dir_of(config, settings))
+        try:
+            session.load()  # records of an earlier session under this run: the summary covers all of them
+        except (OSError, RecordError) as exc:
+            raise pytest.UsageError(f"retrace: cannot read the run's results: {exc}") from None
+        if _opt(config, "resume"):
+            config.stash[finished_key] = session.finished()
+        config.stash[session_key] = session
+        config.pluginmanager.register(_Controller(config, session), "retrace-controller")
         # the built-in writers are implementations of the plugin's own hooks, like a third party's
         from .writers import ResultsJsonl, SummaryJson
 
-        config.pluginmanager.register(ResultsJsonl(settings.report_dir / run), "retrace-results-jsonl")
+        config.pluginmanager.register(ResultsJsonl(session.run_dir), "retrace-results-jsonl")
         config.pluginmanager.register(SummaryJson(), "retrace-summary-json")
+    else:
+        config.stash[finished_key] = frozenset(workerinput.get("retrace_finished", ()))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "retrace-xdist")
 
 
+def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
+    resume = _opt(config, "resume")
+    if not resume:
+        return settings.report_dir / (_opt(config, "run") or new_run_name([m.name for m in settings.models]))
+    path = Path(resume)
+    run_dir = path if path.is_absolute() or len(path.parts) > 1 else settings.report_dir / path
+    if not (run_dir / "results.jsonl").is_file():
+        raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl: nothing to resume")
+    return run_dir
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--retrace-resume: a test whose verdict is already in the run is not run again (it is deselected)."""
+    finished = config.stash.get(finished_key, frozenset())
+    if not finished:
+        return
+    done = [item for item in items if item.nodeid in finished]
+    if done:
+        items[:] = [item for item in items if item.nodeid not in finished]
+        config.hook.pytest_deselected(items=done)
+
+
 class _XdistHooks:
-    """Registered only when pytest-xdist is present: tell workers where the run directory is."""
+    """Registered only when pytest-xdist is present: tell workers where the run directory is, and which
+    tests a resumed run already finished."""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         session = node.config.stash.get(session_key, None)
         if session is not None:
             node.workerinput["retrace_run_dir"] = str(session.run_dir)
+            node.workerinput["retrace_finished"] = sorted(node.config.stash.get(finished_key, ()))
 
 
 def _run_dir(config: pytest.Config) -> Path | None:
@@ -498,6 +533,9 @@ class _Controller:
             tr.write_line(format_table(summary, by_domain=True))
         if summary.get("n_errors"):
             tr.write_line(f"infrastructure errors (excluded from rates): {summary['error_kinds']}")
+        if summary.get("n_ignored_reruns"):
+            tr.write_line(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict in this run "
+                          f"were ignored: a finished verdict is final (a new measurement needs a new --retrace-run)")
         tr.write_line(f"results: {self.session.results_path}")
 
 

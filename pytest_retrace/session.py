@@ -58,6 +58,15 @@ class RetraceSession:
     def add(self, record: Record) -> None:
         self.records.append(record)
 
+    def load(self) -> None:
+        """The records an earlier session of this run wrote (a resumed or repeated run appends to them)."""
+        if self.results_path.is_file():
+            self.records = read_records(self.results_path)
+
+    def finished(self) -> frozenset[str]:
+        """Tests of this run that have a verdict (not an infrastructure error): a resumed run skips them."""
+        return frozenset(r.nodeid for r in self.records if not r.is_error)
+
     def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
         self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta}
         return self.summary

@@ -129,17 +129,23 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
     )
 
 
-def _dedupe(records: Iterable[Record]) -> list[Record]:
-    """Keep the LAST record per nodeid.
+def _dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
+    """One record per nodeid, and how many later records were ignored.
 
-    A resumed run appends to the same results file and re-executes the tests that
-    errored before, so the later record is the up-to-date outcome of that test.
+    The first finished verdict (recovered / not recovered) of a test is final: a rerun under the same run
+    (``--lf``, a repeated command) never replaces it, or rerunning failures would turn a run into best-of-k.
+    An infrastructure error is replaced by any later record of its test: it measured nothing.
     """
     by_id: dict[str, Record] = {}
+    ignored = 0
     for record in records:
+        old = by_id.get(record.nodeid)
+        if old is not None and not old.is_error:
+            ignored += 1
+            continue
         by_id.pop(record.nodeid, None)  # re-insert so dict order follows the winning record
         by_id[record.nodeid] = record
-    return list(by_id.values())
+    return list(by_id.values()), ignored
 
 
 def _key(record: Record, field: str) -> str:
@@ -180,9 +186,10 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     Returns ``{"groups", "domains", "n_records", "n_errors", "error_kinds"}`` where
     ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget) and ``domains``
     one per (model, strategy, budget, domain), both sorted; ``n_records``/``n_errors`` count
-    the records left after duplicate nodeids are resolved (last one wins).
+    the records left after duplicate nodeids are resolved (see ``_dedupe``), ``n_ignored_reruns``
+    the records that tried to replace a finished verdict.
     """
-    unique = _dedupe(records)
+    unique, ignored = _dedupe(records)
     groups: dict[tuple[str, str, int | None], list[Record]] = {}
     cells: dict[tuple[str, str, int | None, str], list[Record]] = {}
     for r in unique:
@@ -199,6 +206,7 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
                     for m, s, b, d in sorted(cells, key=_order)],
         "n_records": len(unique),
         "n_errors": len(errors),
+        "n_ignored_reruns": ignored,  # later records of tests that already had a finished verdict
         "error_kinds": dict(sorted(kinds.items())),
     }
 

@@ -88,7 +88,7 @@ def test_infrastructure_failures_are_errors_excluded_from_rates(project: pytest.
     assert kinds == {"typo-short": "desync", "overwrite-long": "env"}
 
 
-def test_ctrl_c_keeps_finished_results_and_leaves_no_process(project: pytest.Pytester) -> None:
+def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_rest(project: pytest.Pytester) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--retrace-model=oracle,noop", "--retrace-run=cc",
                              "-n", "2", "-p", "no:cacheprovider"], cwd=project.path, env=env,
@@ -105,6 +105,23 @@ def test_ctrl_c_keeps_finished_results_and_leaves_no_process(project: pytest.Pyt
     assert 2 <= finished < 12, out.decode()[-2000:]
     assert all(json.loads(line)["verdict"] in ("recovered", "not_recovered") for line in results.read_text().splitlines())
     assert_no_leftovers(project)
+    # resuming runs only what is missing; the summary covers the whole run, each test once
+    res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-resume=cc", "-n", "2",
+                                       "-p", "no:cacheprovider")
+    res.stdout.fnmatch_lines([f"*workers [[]{12 - finished} items[]]*"])  # the finished ones are deselected
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(lines) == len({r["nodeid"] for r in lines}) == 12
+    g = groups(summary(project, "cc"))
+    assert (g["oracle"]["recovered"], g["oracle"]["n"], g["noop"]["recovered"], g["noop"]["n"]) == (6, 6, 0, 6)
+    # rerunning a failure under the same run does not replace its verdict (no best-of-k), and says so
+    res = project.runpytest_subprocess("--retrace-model=noop", "--retrace-run=cc", "-k", "typo-short",
+                                       "-p", "no:cacheprovider")
+    res.stdout.fnmatch_lines(["*1 rerun(s) of tests that already had a verdict in this run were ignored*"])
+    s = summary(project, "cc")
+    assert (groups(s)["noop"]["n"], s["n_records"], s["n_ignored_reruns"]) == (6, 12, 1)
+    res = project.runpytest_subprocess("--retrace-model=noop", "--retrace-resume=no-such-run")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--retrace-resume: *no-such-run holds no results.jsonl: nothing to resume*"])
 
 
 def test_own_hooks_receive_every_record_and_the_summary(project: pytest.Pytester) -> None:

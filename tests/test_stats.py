@@ -191,16 +191,17 @@ def test_floats_rounded_to_six_decimals() -> None:
     assert g["rate"] == 0.333333
 
 
-def test_last_record_wins_on_duplicate_nodeid() -> None:
+def test_a_finished_verdict_is_final_and_only_an_error_is_replaced() -> None:
     first_run = [rec("a", "error"), rec("b", "not_recovered")]
     resumed = [rec("a", "recovered")]
     s = summarize(first_run + resumed)
     g = group(s, "oracle", "implicit")
     assert (g["n"], g["recovered"], g["errors"], g["total"]) == (2, 1, 0, 2)
-    assert (s["n_records"], s["n_errors"], s["error_kinds"]) == (2, 0, {})
-    # the later record wins even when it is worse
-    s = summarize([rec("a", "recovered"), rec("a", "error")])
-    assert (group(s, "oracle", "implicit")["n"], s["n_errors"]) == (0, 1)
+    assert (s["n_records"], s["n_errors"], s["error_kinds"], s["n_ignored_reruns"]) == (2, 0, {}, 0)
+    # rerunning a failure under the same run cannot make it best-of-k, and a later error cannot erase it
+    s = summarize([rec("b", "not_recovered"), rec("b", "recovered"), rec("c", "recovered"), rec("c", "error")])
+    g = group(s, "oracle", "implicit")
+    assert (g["n"], g["recovered"], g["errors"], s["n_ignored_reruns"]) == (2, 1, 0, 2)
 
 
 def test_per_domain_grouping() -> None:
@@ -277,7 +278,8 @@ def test_group_stats_to_dict() -> None:
 
 def test_empty() -> None:
     s = summarize([])
-    assert s == {"groups": [], "domains": [], "n_records": 0, "n_errors": 0, "error_kinds": {}}
+    assert s == {"groups": [], "domains": [], "n_records": 0, "n_errors": 0, "error_kinds": {},
+                 "n_ignored_reruns": 0}
     assert format_table(s).split() == [
         "model",
         "strategy",
