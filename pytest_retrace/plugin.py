@@ -37,6 +37,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "env": ("string", "xvfb", "environment provider"),
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
+    "runs": ("string", "1", "K: run every test K times (the run index is in the test id); the summary adds "
+             "success@k and the mean and sd of the rate across runs"),
     "contextualizer": ("string", "contextualizer", "model config summarising the target for explicit-context"),
     "verifier": ("string", None, "model config of an LLM state verifier for states that cannot match pixel for pixel"),
     "settle": ("string", "10", "max seconds to wait for a stable screen after an action (the paper's window)"),
@@ -69,6 +71,7 @@ class Settings:
     verify_tolerance: int
     screen: tuple[int, int]
     report_dir: Path
+    runs: int
     network: str
     hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
 
@@ -88,10 +91,14 @@ class CaseRun:
     model: ModelConfig
     strategy: str
     budget: int
+    run_index: int = 0  # of --retrace-runs K: 0..K-1
+    runs: int = 1
 
     @property
     def id(self) -> str:
-        return f"{self.case.id}-{self.model.name}-{self.strategy}-r{self.budget}"
+        # repeated runs are distinct tests (never retries of one): the run index is part of the id
+        run = f"-run{self.run_index + 1}" if self.runs > 1 else ""
+        return f"{self.case.id}-{self.model.name}-{self.strategy}-r{self.budget}{run}"
 
 
 # -- options -----------------------------------------------------------------------------------------
@@ -185,7 +192,7 @@ def _settings(config: pytest.Config) -> Settings | None:
         settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
-        report_dir=report_dir, network=network,
+        report_dir=report_dir, runs=_number(config, "runs", int, 1), network=network,
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix)),
     )
 
@@ -377,8 +384,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     settings = metafunc.config.stash.get(settings_key, None)
     if case is None or settings is None:
         return
-    runs = [CaseRun(case, m, strategy, budget) for m in settings.models for strategy in _strategies(settings, m)
-            for budget in settings.budgets]
+    runs = [CaseRun(case, m, strategy, budget, i, settings.runs) for m in settings.models
+            for strategy in _strategies(settings, m) for budget in settings.budgets for i in range(settings.runs)]
     metafunc.parametrize("retrace_run", runs, ids=[r.id for r in runs], scope="function")
 
 
@@ -464,8 +471,8 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
         artifacts = {p.stem: str(p.relative_to(run_dir)) for p in save_artifacts(run_dir, request.node.nodeid, result)}
     request.node.stash[record_key] = Record.of_result(
         result, nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
-        strategy=retrace_run.strategy, budget=retrace_run.budget, privileged=retrace_agent.privileged,
-        artifacts=artifacts)
+        strategy=retrace_run.strategy, budget=retrace_run.budget, run_index=retrace_run.run_index,
+        privileged=retrace_agent.privileged, artifacts=artifacts)
     if result.error is not None:
         raise result.error
     return result
@@ -489,7 +496,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         run: CaseRun = item.callspec.params["retrace_run"]
         message = str(call.excinfo.value)[:2000] if call.excinfo else "unknown"
         record = Record.of_error(Failure(stage="setup", kind="env", message=message), nodeid=item.nodeid,
-                                 case=run.case, model=run.model.name, strategy=run.strategy, budget=run.budget)
+                                 case=run.case, model=run.model.name, strategy=run.strategy, budget=run.budget,
+                                 run_index=run.run_index)
     if record is not None and ((call.when == "setup" and report.failed) or call.when == "call"):
         # a custom report attribute survives xdist's report serialization to the controller, as plain JSON
         report.retrace_record = record.model_dump(mode="json")

@@ -64,6 +64,7 @@ class Record(_Model):
     model: str
     strategy: str
     budget: int
+    run_index: int = 0  # of --retrace-runs K: 0..K-1
     privileged: bool = False  # a scripted baseline that reads the case (oracle, undo): not a model
     finished_at: str
     # -- the verdict: R = R_O and R_TC; None where the stage never ran
@@ -98,21 +99,22 @@ class Record(_Model):
     # -- built here only -------------------------------------------------------------------------
     @classmethod
     def _what(cls, nodeid: str, case: RecoveryCase | None, model: str, strategy: str, budget: int,
-              privileged: bool) -> dict[str, Any]:
+              run_index: int, privileged: bool) -> dict[str, Any]:
         return {
             "nodeid": nodeid, "case": case.id if case else None, "task": case.task.id if case else None,
             "domain": case.task.domain if case else None, "horizon": case.horizon if case else None,
             "kind": case.metadata.get("kind") if case else None, "model": model, "strategy": strategy,
-            "budget": budget, "privileged": privileged,
+            "budget": budget, "run_index": run_index, "privileged": privileged,
             "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
 
     @classmethod
     def of_result(cls, result: RecoveryResult, *, nodeid: str, case: RecoveryCase, model: str, strategy: str,
-                  budget: int, privileged: bool = False, artifacts: dict[str, str] | None = None) -> Record:
+                  budget: int, run_index: int = 0, privileged: bool = False,
+                  artifacts: dict[str, str] | None = None) -> Record:
         ev, err = result.evaluation, result.error
         return cls(
-            **cls._what(nodeid, case, model, strategy, budget, privileged),
+            **cls._what(nodeid, case, model, strategy, budget, run_index, privileged),
             verdict=result.verdict,  # type: ignore[arg-type]
             recovered=None if err else result.recovered, r_o=result.r_o, r_tc=result.r_tc, ssim=result.ssim,
             ssim_threshold=result.ssim_threshold, evaluator_score=ev.score if ev else None,
@@ -130,9 +132,10 @@ class Record(_Model):
 
     @classmethod
     def of_error(cls, failure: Failure, *, nodeid: str, case: RecoveryCase | None, model: str, strategy: str,
-                 budget: int, privileged: bool = False) -> Record:
+                 budget: int, run_index: int = 0, privileged: bool = False) -> Record:
         """A test that broke before its replay produced a result (the desktop did not start, say)."""
-        return cls(**cls._what(nodeid, case, model, strategy, budget, privileged), verdict="error", error=failure)
+        return cls(**cls._what(nodeid, case, model, strategy, budget, run_index, privileged), verdict="error",
+                   error=failure)
 
     # -- on disk: one JSON object per line -------------------------------------------------------
     def to_json(self) -> str:

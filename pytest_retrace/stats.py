@@ -25,6 +25,7 @@ degenerate, and keeps close to nominal coverage for small n, at no extra cost
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -79,10 +80,20 @@ class GroupStats:
     common_n: int | None = None  # on the cases no compared model errored on (None: a single model)
     common_recovered: int | None = None
     common_rate: float | None = None
+    # --retrace-runs K > 1 only (None otherwise): see _repeated
+    runs: int | None = None
+    rate_mean: float | None = None
+    rate_sd: float | None = None
+    success_at: dict[str, float] | None = None  # "k" -> success@k
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict with floats rounded to 6 decimals."""
-        return {k: round(v, _DIGITS) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        def rounded(v: Any) -> Any:
+            if isinstance(v, float):
+                return round(v, _DIGITS)
+            return {k: rounded(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+        return {k: rounded(v) for k, v in asdict(self).items()}
 
 
 def _share(count: int, n: int) -> float | None:
@@ -93,6 +104,38 @@ def _usage_sum(records: list[Record], field: str) -> float | None:
     values = [usage.get(field) for r in records for usage in (r.usage, r.context_usage)]
     present = [v for v in values if v is not None]
     return math.fsum(present) if present else None
+
+
+def _repeated(records: list[Record]) -> dict[str, Any]:
+    """Statistics of repeated runs (``--retrace-runs K``), as the paper reports three-run results.
+
+    ``rate_mean`` / ``rate_sd``: the rate of each run index on its finished records, then their mean and
+    sample standard deviation (n - 1) across runs. ``success_at[k]``: the unbiased estimator of the chance that
+    at least one of k runs of a case recovers, 1 - C(n - c, k) / C(n, k) for a case with n finished runs of
+    which c recovered, averaged over the cases with n >= k (Chen et al. 2021's pass@k)."""
+    indices = sorted({r.run_index for r in records})
+    if len(indices) < 2:
+        return {}
+    ok = [r for r in records if not r.is_error]
+    per_run = []
+    for index in indices:
+        verdicts = [r.verdict == "recovered" for r in ok if r.run_index == index]
+        if verdicts:
+            per_run.append(sum(verdicts) / len(verdicts))
+    by_case: dict[str | None, list[bool]] = {}
+    for r in ok:
+        by_case.setdefault(r.case, []).append(r.verdict == "recovered")
+    success_at = {}
+    for k in range(1, len(indices) + 1):
+        values = [1 - math.comb(len(v) - sum(v), k) / math.comb(len(v), k) for v in by_case.values() if len(v) >= k]
+        if values:
+            success_at[str(k)] = math.fsum(values) / len(values)
+    return {
+        "runs": len(indices),
+        "rate_mean": math.fsum(per_run) / len(per_run) if per_run else None,
+        "rate_sd": statistics.stdev(per_run) if len(per_run) > 1 else None,
+        "success_at": success_at,
+    }
 
 
 def _group_stats(model: str, strategy: str, budget: int | None, domain: str | None,
@@ -126,6 +169,7 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
         common_n=None if common is None else len(shared),
         common_recovered=None if common is None else shared_recovered,
         common_rate=None if common is None else _share(shared_recovered, len(shared)),
+        **_repeated(records),
     )
 
 
@@ -211,6 +255,13 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     }
 
 
+def _spread(g: dict[str, Any]) -> str:
+    if g.get("rate_mean") is None:
+        return "-"
+    sd = "-" if g.get("rate_sd") is None else f"{100 * g['rate_sd']:.1f}"
+    return f"{100 * g['rate_mean']:.1f} ± {sd} ({g['runs']})"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -221,6 +272,7 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
     rows_in = summary["domains" if by_domain else "groups"]
     shared = any(g.get("common_n") is not None for g in rows_in)
     costly = any(g.get("calls") for g in rows_in)
+    repeated = any(g.get("runs") for g in rows_in)
     header = [
         "model",
         "strategy",
@@ -233,6 +285,7 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
         "R_O",
         "R_TC",
         "errors",
+        *(["runs: mean ± sd", "success@k"] if repeated else []),
         *(["shared (n)"] if shared else []),
         *(["calls", "cost"] if costly else []),
     ]
@@ -252,6 +305,8 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
                 _pct(g["r_o_rate"]),
                 _pct(g["r_tc_rate"]),
                 str(g["errors"]),
+                *([_spread(g), " ".join(f"@{k} {_pct(v)}" for k, v in (g.get("success_at") or {}).items()) or "-"]
+                  if repeated else []),
                 *(["-" if g.get("common_n") is None else f"{_pct(g.get('common_rate'))} ({g['common_n']})"]
                   if shared else []),
                 *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),

@@ -471,6 +471,17 @@ def test_plugin_parametrizes_over_models_and_strategy(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines(["4 tests collected in *"])
 
 
+def test_repeated_runs_are_distinct_tests(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
+    cases, agents = suite
+    result = pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--retrace-model=noop", "--retrace-runs=3",
+        f"--retrace-cases={cases / 'app' / 'good.yaml'}", f"--retrace-agents={agents}", *RETRACE, str(cases),
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ids = [line.split("[")[1] for line in result.stdout.lines if "::test_recovery[" in line]
+    assert ids == [f"good-noop-implicit-r10-run{i}]" for i in (1, 2, 3)]  # never retries of one test
+
+
 def test_unknown_model_is_a_usage_error(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
     cases, agents = suite
     result = pytester.runpytest_subprocess(

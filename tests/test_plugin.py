@@ -241,3 +241,13 @@ def test_case_and_agent_directories_outside_the_project_work(pytester: pytest.Py
                          cwd=project, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "test_recovery[good-noop-implicit-r10]" in run.stdout and "test_own" not in run.stdout
+
+
+def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pytest.Pytester) -> None:
+    res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-runs=2", "-k", "typo-short",
+                                       "--retrace-run=k2", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=2)
+    assert sorted(r["run_index"] for r in records(project, "k2")) == [0, 1]
+    g = groups(summary(project, "k2"))["oracle"]
+    assert (g["runs"], g["rate_mean"], g["rate_sd"], g["success_at"]) == (2, 1.0, 0.0, {"1": 1.0, "2": 1.0})
+    res.stdout.fnmatch_lines(["*runs: mean ± sd*", "*100.0 ± 0.0 (2)*@1 100.0% @2 100.0%*"])

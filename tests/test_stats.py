@@ -271,6 +271,10 @@ def test_group_stats_to_dict() -> None:
         "common_n",
         "common_recovered",
         "common_rate",
+        "runs",
+        "rate_mean",
+        "rate_sd",
+        "success_at",
     ]
     with pytest.raises(AttributeError):
         gs.n = 4  # type: ignore[misc]
@@ -435,3 +439,28 @@ def test_usage_and_cost_are_summed_per_group() -> None:
     g = group(summarize([r1, r2]), "oracle", "implicit")
     assert (g["calls"], g["input_tokens"], g["output_tokens"], g["cost"]) == (6, 190, 19, 0.3)
     assert "$0.30" in format_table(summarize([r1, r2]))
+
+
+def test_three_runs_give_mean_sd_and_success_at_k_as_computed_by_hand() -> None:
+    """Cases a, b, c, d over runs 0, 1, 2 (R = recovered, F = failed, E = infrastructure error):
+    a: R R R   b: R F F   c: F F F   d: R E F
+    per-run rates: run 0 {a R, b R, c F, d R} 3/4; run 1 {a R, b F, c F} 1/3; run 2 {a R, b F, c F, d F} 1/4
+    mean = (0.75 + 1/3 + 0.25) / 3 = 0.444444; sample sd: deviations 0.305556, -0.111111, -0.194444,
+    squares sum 0.143519, / (3 - 1) = 0.071759, sqrt = 0.267879
+    success@k per case, 1 - C(n-c, k)/C(n, k): a n3 c3; b n3 c1; c n3 c0; d n2 c1
+    @1: a 1, b 1/3, c 0, d 1/2 -> 0.458333;  @2: a 1, b 1 - C(2,2)/C(3,2) = 2/3, c 0, d 1 -> 0.666667
+    @3: a 1, b 1, c 0 (d has 2 finished runs only) -> 0.666667"""
+    plan = {"a": "RRR", "b": "RFF", "c": "FFF", "d": "REF"}
+    verdicts = {"R": "recovered", "F": "not_recovered", "E": "error"}
+    records = [dict(rec(f"{case}-run{i}", verdicts[v]), case=case, run_index=i)
+               for case, runs in plan.items() for i, v in enumerate(runs)]
+    g = group(summarize(records), "oracle", "implicit")
+    assert (g["runs"], g["n"], g["errors"]) == (3, 11, 1)
+    assert g["rate_mean"] == pytest.approx(0.444444, abs=1e-6)
+    assert g["rate_sd"] == pytest.approx(0.267879, abs=1e-6)
+    assert g["success_at"] == {"1": pytest.approx(0.458333, abs=1e-6), "2": pytest.approx(0.666667, abs=1e-6),
+                               "3": pytest.approx(0.666667, abs=1e-6)}
+    table = format_table(summarize(records))
+    assert "44.4 ± 26.8 (3)" in table and "@1 45.8% @2 66.7% @3 66.7%" in table
+    single = group(summarize([rec("a"), rec("b")]), "oracle", "implicit")
+    assert single["runs"] is single["rate_mean"] is single["success_at"] is None  # one run: no such columns
