@@ -456,14 +456,20 @@ def test_plugin_collects_valid_case_and_reports_broken_ones(
     assert "Traceback" not in out  # a CaseError is shown as its message only
 
 
-def test_plugin_parametrizes_over_models_and_strategy(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
+def collect_good_case(pytester: pytest.Pytester, suite: tuple[Path, Path], *options: str) -> pytest.RunResult:
+    """Collect only good.yaml of the suite (the broken files are no case root, so they are not collected)."""
     cases, agents = suite
     result = pytester.runpytest_subprocess(
-        "--collect-only", "-q", "--retrace-model=noop,undo", "--retrace-strategy=explicit-0R,explicit-none",
-        f"--retrace-cases={cases / 'app' / 'good.yaml'}", f"--retrace-agents={agents}", *RETRACE, str(cases),
+        "--collect-only", "-q", *options, f"--retrace-cases={cases / 'app' / 'good.yaml'}",
+        f"--retrace-agents={agents}", *RETRACE, str(cases),
     )
-    # only good.yaml is a case root: the broken files are not collected at all
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return result
+
+
+def test_plugin_parametrizes_over_models_and_strategy(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
+    result = collect_good_case(pytester, suite, "--retrace-model=noop,undo",
+                               "--retrace-strategy=explicit-0R,explicit-none")
     lines = result.stdout.lines
     for model in ("noop", "undo"):
         for strategy in ("explicit-0R", "explicit-none"):
@@ -472,12 +478,7 @@ def test_plugin_parametrizes_over_models_and_strategy(pytester: pytest.Pytester,
 
 
 def test_repeated_runs_are_distinct_tests(pytester: pytest.Pytester, suite: tuple[Path, Path]) -> None:
-    cases, agents = suite
-    result = pytester.runpytest_subprocess(
-        "--collect-only", "-q", "--retrace-model=noop", "--retrace-runs=3",
-        f"--retrace-cases={cases / 'app' / 'good.yaml'}", f"--retrace-agents={agents}", *RETRACE, str(cases),
-    )
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result = collect_good_case(pytester, suite, "--retrace-model=noop", "--retrace-runs=3")
     ids = [line.split("[")[1] for line in result.stdout.lines if "::test_recovery[" in line]
     assert ids == [f"good-noop-implicit-r10-run{i}]" for i in (1, 2, 3)]  # never retries of one test
 
