@@ -96,9 +96,13 @@ class CaseRun:
 
     @property
     def id(self) -> str:
+        return self.case.id + self.id_suffix(self.model.name, self.strategy, self.budget, self.run_index, self.runs)
+
+    @staticmethod
+    def id_suffix(model: str, strategy: str, budget: int, run_index: int, runs: int) -> str:
         # repeated runs are distinct tests (never retries of one): the run index is part of the id
-        run = f"-run{self.run_index + 1}" if self.runs > 1 else ""
-        return f"{self.case.id}-{self.model.name}-{self.strategy}-r{self.budget}{run}"
+        run = f"-run{run_index + 1}" if runs > 1 else ""
+        return f"-{model}-{strategy}-r{budget}{run}"
 
 
 # -- options -----------------------------------------------------------------------------------------
@@ -515,8 +519,34 @@ class _Controller:
         data = getattr(report, "retrace_record", None)
         if data is not None:
             record = Record.from_dict(data)
-            self.session.add(record)
-            self.config.hook.pytest_retrace_record(record=record, config=self.config)
+        elif report.when == "???" and report.failed:  # pytest-xdist: the worker running this test died
+            record = self._crash_record(report)
+            if record is None:
+                return
+        else:
+            return
+        self.session.add(record)
+        self.config.hook.pytest_retrace_record(record=record, config=self.config)
+
+    def _crash_record(self, report: pytest.TestReport) -> Record | None:
+        """A test whose worker crashed (kill -9, out of memory) is an infrastructure error of that test, never
+        dropped: its model, strategy, budget and run are read back from the test id, its case from the file."""
+        settings = self.config.stash[settings_key]
+        path, _, rest = report.nodeid.partition("::test_recovery[")
+        param = rest.removesuffix("]")
+        runs = [(m, strategy, budget, index) for m in settings.models for strategy in _strategies(settings, m)
+                for budget in settings.budgets for index in range(settings.runs)]
+        for model, strategy, budget, index in runs:
+            suffix = CaseRun.id_suffix(model.name, strategy, budget, index, settings.runs)
+            if param.endswith(suffix) and len(param) > len(suffix):
+                try:
+                    case: RecoveryCase | None = load_case(self.config.rootpath / path)
+                except Exception:  # noqa: BLE001 - the record matters more than the case's details
+                    case = None
+                failure = Failure(stage="worker", kind="crash", message=str(report.longrepr)[:2000])
+                return Record.of_error(failure, nodeid=report.nodeid, case=case, model=model.name, strategy=strategy,
+                                       budget=budget, run_index=index)
+        return None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.option.collectonly:

@@ -251,3 +251,43 @@ def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pyt
     g = groups(summary(project, "k2"))["oracle"]
     assert (g["runs"], g["rate_mean"], g["rate_sd"], g["success_at"]) == (2, 1.0, 0.0, {"1": 1.0, "2": 1.0})
     res.stdout.fnmatch_lines(["*runs: mean ± sd*", "*100.0 ± 0.0 (2)*@1 100.0% @2 100.0%*"])
+
+
+def test_a_worker_killed_mid_case_is_an_error_of_that_test_not_a_lost_one(project: pytest.Pytester) -> None:
+    project.makeconftest('''
+import os, signal
+from pytest_retrace.agents import register_agent
+
+class Suicidal:
+    name = "suicidal"
+    privileged = False
+    calls_per_turn = 0
+
+    def __init__(self, config):
+        pass
+
+    def start(self, context):
+        os.kill(os.getpid(), signal.SIGKILL)  # the xdist worker dies in the middle of the case
+
+    def act(self, observation):
+        raise AssertionError("unreachable")
+
+    def close(self):
+        pass
+
+register_agent("suicidal", Suicidal)
+''')
+    (project.path / "agents" / "suicidal.yaml").write_text("provider: suicidal\n")
+    res = project.runpytest_subprocess("--retrace-model=noop,suicidal", "-k", "typo-short or select-all", "-n", "2",
+                                       "--retrace-run=crash", "-p", "no:cacheprovider")
+    by_model: dict[str, list[dict]] = {}
+    for r in records(project, "crash"):
+        by_model.setdefault(r["model"], []).append(r)
+    assert len(by_model["noop"]) == 2 and all(r["verdict"] == "not_recovered" for r in by_model["noop"])
+    assert len(by_model["suicidal"]) == 2, res.stdout.str()[-3000:]
+    domains = {r["case"]: r["domain"] for r in by_model["noop"]}
+    assert all(r["verdict"] == "error" and r["error"]["kind"] == "crash" and r["domain"] == domains[r["case"]]
+               and "crashed while running" in r["error"]["message"] for r in by_model["suicidal"])
+    g = groups(summary(project, "crash"))["suicidal"]
+    assert (g["n"], g["errors"]) == (0, 2)
+    assert_no_leftovers(project)
