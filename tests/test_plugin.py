@@ -254,26 +254,14 @@ def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pyt
 
 
 def test_a_worker_killed_mid_case_is_an_error_of_that_test_not_a_lost_one(project: pytest.Pytester) -> None:
-    project.makeconftest('''
-import os, signal
-from pytest_retrace.agents import register_agent
+    from .test_scoring import PROBE
 
-class Suicidal:
-    name = "suicidal"
-    privileged = False
-    calls_per_turn = 0
+    project.makeconftest(PROBE + '''
+import signal
 
-    def __init__(self, config):
-        pass
-
+class Suicidal(Probe):
     def start(self, context):
         os.kill(os.getpid(), signal.SIGKILL)  # the xdist worker dies in the middle of the case
-
-    def act(self, observation):
-        raise AssertionError("unreachable")
-
-    def close(self):
-        pass
 
 register_agent("suicidal", Suicidal)
 ''')
