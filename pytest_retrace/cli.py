@@ -14,11 +14,41 @@ import sys
 from pathlib import Path
 
 
+class _Outcome:
+    """The run's summary, received through the plugin's own hook like any third-party writer would."""
+
+    summary: dict | None = None
+
+    def pytest_retrace_summary(self, summary: dict, run_dir: str, config: object) -> None:
+        self.summary = summary
+
+
+# pytest's own verbosity and traceback options: given any of them, `retrace run` leaves the output alone
+_OUTPUT_OPTIONS = ("-v", "-q", "--verbose", "--quiet", "--tb", "-r", "-l", "--showlocals", "--full-trace")
+
+
 def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    """The main job's command. It measures: exit 0 when the run completed, whatever the agents scored (a run
+    is made of failed recoveries); 4 for a usage error (a case file that would not load included); with a gate
+    option (--retrace-fail-under, --retrace-max-errors), 0 or 1 as the gate decides; pytest's own status for
+    an interrupted or broken session. Output: one line per test and the summary table, no tracebacks for
+    expected failures (-v, -q, --tb, -r bring pytest's back)."""
     import pytest
 
-    argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *_joined(extra)]
-    return int(pytest.main(argv))
+    quiet = [] if any(a.startswith(_OUTPUT_OPTIONS) for a in extra) else ["-v", "--tb=no", "-rN"]
+    argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *quiet, *_joined(extra)]
+    outcome = _Outcome()
+    code = pytest.main(argv, plugins=[outcome])
+    summary = outcome.summary
+    if summary is None or "gate" in summary:
+        return int(code)  # no summary (usage error, collect-only, interrupted early), or the gate decided
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return int(code)
+    if summary["run"].get("collection_errors"):
+        print(f"retrace run: {summary['run']['collection_errors']} case file(s) could not be loaded "
+              f"(see the collection errors above)", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    return 0
 
 
 def _joined(argv: list[str]) -> list[str]:

@@ -23,6 +23,7 @@ from .agents import (  # noqa: E402
     load_model_config,
 )
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
+from .gate import Gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 
@@ -49,6 +50,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "screen": ("string", "1280x800", "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
+    "fail-under": ("string", None, "CI gate: every model x strategy x budget must recover at least this share "
+                   "(0..1); with a gate option set, the gate decides the exit status"),
+    "max-errors": ("string", None, "CI gate: at most this many infrastructure errors in the run"),
     "resume": ("string", None, "continue run RUN (its name or directory): tests with a finished verdict are kept and "
                "not run again; unfinished ones and infrastructure errors run"),
 }
@@ -72,6 +76,7 @@ class Settings:
     screen: tuple[int, int]
     report_dir: Path
     runs: int
+    gate: Gate
     network: str
     hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
 
@@ -196,9 +201,17 @@ def _settings(config: pytest.Config) -> Settings | None:
         settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
-        report_dir=report_dir, runs=_number(config, "runs", int, 1), network=network,
+        report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config), network=network,
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix)),
     )
+
+
+def _gate(config: pytest.Config) -> Gate:
+    fail_under = None if _opt(config, "fail-under") is None else _number(config, "fail-under", float, 0.0)
+    if fail_under is not None and fail_under > 1:
+        raise pytest.UsageError(f"--retrace-fail-under: a share in 0..1, got {fail_under:g}")
+    max_errors = None if _opt(config, "max-errors") is None else _number(config, "max-errors", int, 0)
+    return Gate(fail_under=fail_under, max_errors=max_errors)
 
 
 def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
@@ -514,6 +527,12 @@ class _Controller:
 
     def __init__(self, config: pytest.Config, session: RetraceSession) -> None:
         self.config, self.session = config, session
+        self.collection_errors = 0
+        self.gate_problems: list[str] | None = None  # None: no gate option set
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:  # a case file that could not be loaded (reported by the worker that collected it)
+            self.collection_errors += 1
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "retrace_record", None)
@@ -555,7 +574,13 @@ class _Controller:
         summary = self.session.finish({
             "models": [m.name for m in settings.models], "env": settings.env, "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
+            "collection_errors": self.collection_errors,
         })
+        if settings.gate.active and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            # the gate, not single recovery failures, decides (an interrupted or broken session keeps its status)
+            self.gate_problems = settings.gate.problems(summary, self.collection_errors)
+            summary["gate"] = {"passed": not self.gate_problems, "problems": self.gate_problems}
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.gate_problems else pytest.ExitCode.OK
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -575,6 +600,10 @@ class _Controller:
             tr.write_line(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict in this run "
                           f"were ignored: a finished verdict is final (a new measurement needs a new --retrace-run)")
         tr.write_line(f"results: {self.session.results_path}")
+        if self.gate_problems is not None:
+            tr.write_sep("=", "retrace gate: " + ("FAILED" if self.gate_problems else "passed"))
+            for problem in self.gate_problems:
+                tr.write_line(f"  {problem}")
 
 
 class _DryRun:

@@ -279,3 +279,28 @@ register_agent("suicidal", Suicidal)
     g = groups(summary(project, "crash"))["suicidal"]
     assert (g["n"], g["errors"]) == (0, 2)
     assert_no_leftovers(project)
+
+
+def test_retrace_run_measures_and_the_gate_decides(project: pytest.Pytester) -> None:
+    """`retrace run` exits 0 on a completed run whatever the agents scored, with one line per test and no
+    traceback; with a gate option the gate decides, under plain pytest as well."""
+    retrace = Path(sys.executable).with_name("retrace")
+    run = subprocess.run([str(retrace), "run", "--model", "noop", "-k", "typo-short", "--retrace-run=measure",
+                          "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "test_recovery[typo-short-noop-implicit-r10] FAILED" in run.stdout
+    assert "Traceback" not in run.stdout and "R_TC failed" not in run.stdout  # no per-test explanation
+    assert "retrace recovery summary" in run.stdout
+    res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short", "--retrace-fail-under=0.5",
+                                       "--retrace-run=gate-fail", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*retrace gate: FAILED*",
+                              "*noop implicit r=10: recovery rate 0.0% < --retrace-fail-under 50.0% (n=1)*"])
+    assert summary(project, "gate-fail")["gate"]["passed"] is False
+    res = project.runpytest_subprocess("--retrace-model=oracle", "-k", "typo-short", "--retrace-fail-under=0.5",
+                                       "--retrace-max-errors=0", "--retrace-run=gate-pass", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.OK
+    res.stdout.fnmatch_lines(["*retrace gate: passed*"])
+    res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-fail-under=50", "--collect-only")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--retrace-fail-under: a share in 0..1, got 50*"])
