@@ -46,5 +46,5 @@ def read_environ(pid: int, timeout: float = 5.0) -> bytes:
 
 
 def tagged_pids(needle: bytes) -> list[int]:
-    """Every live process whose environment contains `needle` (e.g. b"RETRACE_SESSION=abc\\0")."""
+    """Every live process whose environment contains `needle` (e.g. b"RETRACE_TASK=/tmp/x\\0")."""
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and needle in read_environ(int(e.name))]
