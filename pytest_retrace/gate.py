@@ -4,28 +4,44 @@ whether single recoveries failed (every benchmark run has failed recoveries; tha
 Checked on the summary only, so ``retrace summary`` of the same records would decide the same way:
 - ``fail_under``: every model × strategy × budget group must recover at least this share of its cases;
 - ``max_errors``: at most this many infrastructure errors in the run — past it, the rates rest on too few cases;
+- ``baseline``: no model × strategy × budget may regress against a saved run: a drop of more than
+  ``max_drop`` points on the cases both runs share that McNemar's exact test supports (p < 0.05, baseline.py);
+  a drop within noise passes;
 - a case file that could not be loaded fails the gate: a release must not pass on a suite that silently shrank.
-A regression test against a saved baseline (paired, on the cases both runs share) is the next gate option.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import baseline as _baseline
+
+if TYPE_CHECKING:
+    from .records import Record
 
 
 @dataclass(frozen=True)
 class Gate:
     fail_under: float | None = None  # a rate in [0, 1]
     max_errors: int | None = None
+    baseline: Path | None = None
+    max_drop: float = 0.0  # points
 
     @property
     def active(self) -> bool:
-        return self.fail_under is not None or self.max_errors is not None
+        return self.fail_under is not None or self.max_errors is not None or self.baseline is not None
 
-    def problems(self, summary: dict[str, Any], collection_errors: int) -> list[str]:
+    def compare(self, records: list[Record]) -> list[_baseline.Comparison]:
+        assert self.baseline is not None
+        return _baseline.compare(_baseline.load(self.baseline), _baseline.verdicts(records))
+
+    def problems(self, summary: dict[str, Any], collection_errors: int,
+                 comparisons: Sequence[_baseline.Comparison] = ()) -> list[str]:
         """Why the run fails the gate; empty when it passes."""
-        out = []
+        out = [f"regression: {c.describe()}" for c in comparisons if c.regressed(self.max_drop)]
         if collection_errors:
             out.append(f"{collection_errors} case file(s) could not be loaded")
         if self.max_errors is not None and summary["n_errors"] > self.max_errors:

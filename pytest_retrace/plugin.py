@@ -23,6 +23,8 @@ from .agents import (  # noqa: E402
     load_model_config,
 )
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
+from .baseline import baseline_path, summary_block  # noqa: E402
+from .baseline import save as save_baseline  # noqa: E402
 from .gate import Gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
@@ -53,6 +55,10 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "fail-under": ("string", None, "CI gate: every model x strategy x budget must recover at least this share "
                    "(0..1); with a gate option set, the gate decides the exit status"),
     "max-errors": ("string", None, "CI gate: at most this many infrastructure errors in the run"),
+    "baseline": ("string", None, "CI gate: compare with this saved run (a name in REPORT_DIR/baselines, or a "
+                 "path): a statistically supported drop on the shared cases fails the gate"),
+    "max-drop": ("string", "0", "CI gate with --retrace-baseline: drops up to this many points pass"),
+    "save-baseline": ("string", None, "save this run's verdicts as baseline NAME (REPORT_DIR/baselines/NAME.json)"),
     "resume": ("string", None, "continue run RUN (its name or directory): tests with a finished verdict are kept and "
                "not run again; unfinished ones and infrastructure errors run"),
 }
@@ -211,7 +217,14 @@ def _gate(config: pytest.Config) -> Gate:
     if fail_under is not None and fail_under > 1:
         raise pytest.UsageError(f"--retrace-fail-under: a share in 0..1, got {fail_under:g}")
     max_errors = None if _opt(config, "max-errors") is None else _number(config, "max-errors", int, 0)
-    return Gate(fail_under=fail_under, max_errors=max_errors)
+    report_dir = Path(_opt(config, "report-dir"))
+    report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
+    name = _opt(config, "baseline")
+    path = None if name is None else baseline_path(str(name), report_dir)
+    if path is not None and not path.is_file():
+        raise pytest.UsageError(f"--retrace-baseline: no saved baseline at {path} (save one with --retrace-save-baseline)")
+    return Gate(fail_under=fail_under, max_errors=max_errors, baseline=path,
+                max_drop=_number(config, "max-drop", float, 0.0))
 
 
 def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
@@ -578,9 +591,23 @@ class _Controller:
         })
         if settings.gate.active and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             # the gate, not single recovery failures, decides (an interrupted or broken session keeps its status)
-            self.gate_problems = settings.gate.problems(summary, self.collection_errors)
+            try:
+                comparisons = settings.gate.compare(self.session.records) if settings.gate.baseline else []
+            except ValueError as exc:  # the baseline file is broken: the gate cannot pass on it
+                comparisons, broken = [], [str(exc)]
+            else:
+                broken = []
+            self.gate_problems = broken + settings.gate.problems(summary, self.collection_errors, comparisons)
             summary["gate"] = {"passed": not self.gate_problems, "problems": self.gate_problems}
+            if settings.gate.baseline:
+                summary["gate"]["baseline"] = {"path": str(settings.gate.baseline),
+                                               **summary_block(comparisons, settings.gate.max_drop)}
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.gate_problems else pytest.ExitCode.OK
+        name = _opt(self.config, "save-baseline")
+        if name and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            path = baseline_path(str(name), settings.report_dir)
+            save_baseline(path, self.session.run_dir.name, self.session.records)
+            summary["run"]["saved_baseline"] = str(path)
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -304,3 +304,28 @@ def test_retrace_run_measures_and_the_gate_decides(project: pytest.Pytester) -> 
     res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-fail-under=50", "--collect-only")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--retrace-fail-under: a share in 0..1, got 50*"])
+
+
+def test_a_planted_regression_against_a_saved_baseline_fails_the_gate(project: pytest.Pytester) -> None:
+    """Two real runs of one model config: the oracle's verdicts saved as baseline, then the same name backed
+    by noop (6 of 6 shared cases lost: McNemar p = 0.03) fails; the same agent again passes."""
+    cand = project.path / "agents" / "cand.yaml"
+    cand.write_text("provider: oracle\n")
+    res = project.runpytest_subprocess("--retrace-model=cand", "--retrace-run=base", "--retrace-save-baseline=v1",
+                                       "-n", "2", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=6)
+    assert (project.path / "reports" / "baselines" / "v1.json").is_file()
+    res = project.runpytest_subprocess("--retrace-model=cand", "--retrace-run=same", "--retrace-baseline=v1",
+                                       "-n", "2", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.OK
+    res.stdout.fnmatch_lines(["*retrace gate: passed*"])
+    cand.write_text("provider: noop\n")
+    res = project.runpytest_subprocess("--retrace-model=cand", "--retrace-run=worse", "--retrace-baseline=v1",
+                                       "-n", "2", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*retrace gate: FAILED*", "*regression: cand implicit r=10: 100.0% -> 0.0% on 6 shared "
+                              "case(s) (lost 6, gained 0; McNemar exact p = 0.0312)*"])
+    gate = summary(project, "worse")["gate"]
+    assert gate["passed"] is False and gate["baseline"]["groups"][0]["regressed"] is True
+    res = project.runpytest_subprocess("--retrace-model=cand", "--retrace-baseline=nope", "--collect-only")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
