@@ -207,18 +207,16 @@ def _settings(config: pytest.Config) -> Settings | None:
         settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
-        report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config), network=network,
+        report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config, report_dir), network=network,
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix)),
     )
 
 
-def _gate(config: pytest.Config) -> Gate:
+def _gate(config: pytest.Config, report_dir: Path) -> Gate:
     fail_under = None if _opt(config, "fail-under") is None else _number(config, "fail-under", float, 0.0)
     if fail_under is not None and fail_under > 1:
         raise pytest.UsageError(f"--retrace-fail-under: a share in 0..1, got {fail_under:g}")
     max_errors = None if _opt(config, "max-errors") is None else _number(config, "max-errors", int, 0)
-    report_dir = Path(_opt(config, "report-dir"))
-    report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
     name = _opt(config, "baseline")
     path = None if name is None else baseline_path(str(name), report_dir)
     if path is not None and not path.is_file():

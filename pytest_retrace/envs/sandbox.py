@@ -79,7 +79,6 @@ class Sandbox:
         self.uid = self.gid = UID_BASE + int(display.lstrip(":"))
         dirs = (p if p.is_dir() else p.parent for p in (Path(h).resolve() for h in (*hide, root)))
         self.hide = tuple(str(p) for p in dict.fromkeys(dirs) if str(p) not in _SYSTEM)
-        self.network = False
         self._unshare: subprocess.Popen[bytes] | None = None
         self.init_pid: int | None = None  # the namespace's init, as the host numbers it
         self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
@@ -142,13 +141,13 @@ class Sandbox:
         (self.tmp / ".X11-unix").mkdir(parents=True)
         (self.tmp / ".runtime-user").mkdir(mode=0o700)
         self.tmp.chmod(0o1777)
-        self.network = network
         if not self.enabled:
             return
         for path in (self.home, *self.home.rglob("*"), self.tmp / ".runtime-user"):
             os.chown(path, self.uid, self.gid, follow_symlinks=False)
         self.home.chmod(0o700)
-        self._write_accounts()
+        if not (self.root / "etc").exists():
+            self._write_accounts()  # once per desktop: the accounts never change
         number = self.display.lstrip(":")
         (self.tmp / ".X11-unix" / f"X{number}").touch()  # the mount point of the display's socket
         argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
