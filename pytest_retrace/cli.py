@@ -4,6 +4,8 @@
     retrace validate [cases/ ...]                           load every case file, report problems
     retrace record cases/x.yaml [...]                       replay on a real desktop, write target/error PNGs
     retrace summary reports/<run>/results.jsonl [...]       recompute a summary from results (merge runs)
+    retrace report RUN [RUN ...] [--out DIR] [--json]        runs side by side: mean ± sd across runs, paired
+                                                            model comparisons; --out writes report.md + plots
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     expected failures (-v, -q, --tb, -r bring pytest's back)."""
     import pytest
 
-    quiet = [] if any(a.startswith(_OUTPUT_OPTIONS) for a in extra) else ["-v", "--tb=no", "-rN"]
+    quiet = [] if any(a.startswith(_OUTPUT_OPTIONS) for a in extra) else ["--retrace-progress", "--tb=no", "-rN"]
     argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *quiet, *_joined(extra)]
     outcome = _Outcome()
     code = pytest.main(argv, plugins=[outcome])
@@ -177,6 +179,40 @@ def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _run_path(run: str, report_dir: Path) -> Path:
+    """RUN as given (a run directory or a results.jsonl), else the run of that name under the report dir."""
+    path = Path(run)
+    if not path.exists() and (report_dir / run).exists():
+        return report_dir / run
+    return path  # missing: merge_runs names it
+
+
+def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from .report import ReportError, format_report, merge_runs, render_report
+
+    try:
+        merged = merge_runs([_run_path(run, Path(args.report_dir)) for run in args.runs])
+    except ReportError as exc:
+        print(f"retrace report: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(merged.to_dict(), indent=2, sort_keys=True, default=str))
+    else:
+        print(format_report(merged))
+    if args.out:
+        from .plots import write_plots
+
+        out = Path(args.out)
+        errors: list[str] = []
+        plots = write_plots(merged.summary, out / "plots", errors=errors)
+        for error in errors:
+            print(f"retrace report: plot not written: {error}", file=sys.stderr)
+        (out / "report.md").write_text(render_report(merged, plots=[f"plots/{p.name}" for p in plots]),
+                                       encoding="utf-8")
+        print(f"wrote {out / 'report.md'} and {len(plots)} plot(s) in {out / 'plots'}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")
     summ.set_defaults(func=_cmd_summary)
+    rep = sub.add_parser("report", help="merge runs: mean ± sd across runs, paired model comparisons, plots")
+    rep.add_argument("runs", nargs="+", metavar="RUN",
+                     help="a run directory, its results.jsonl, or a run name under --report-dir")
+    rep.add_argument("--out", help="write report.md and plots/*.png of the merged runs here")
+    rep.add_argument("--json", action="store_true", help="print the merged report as JSON")
+    rep.add_argument("--report-dir", default="reports", help="where run names are looked up (default reports)")
+    rep.set_defaults(func=_cmd_report)
     args, extra = parser.parse_known_args(argv)
     if args.command == "build" and not args.scripted and not args.osworld:
         args.scripted = ["rollouts"]

@@ -121,6 +121,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("retrace", "recovery benchmark for computer-use agents")
     group.addoption("--retrace-dry-run", dest="retrace_dry_run", action="store_true", default=False,
                     help="list the tests and the most model calls they can make; run and call nothing")
+    group.addoption("--retrace-progress", dest="retrace_progress", action="store_true", default=None,
+                    help="a line per test saying what it measured instead of pytest's per-test output, and on a "
+                         "terminal a live line: case, model, stage, turn (`retrace run` does this by default)")
+    parser.addini("retrace_progress", "as --retrace-progress", type="bool", default=False)
     for name, (kind, default, help_) in OPTIONS.items():
         dest = "retrace_" + name.replace("-", "_")
         if kind == "args" or kind == "paths":
@@ -208,8 +212,15 @@ def _settings(config: pytest.Config) -> Settings | None:
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
         report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config, report_dir), network=network,
-        hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix)),
+        hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
+              *_allure_dir(config)),
     )
+
+
+def _allure_dir(config: pytest.Config) -> list[Path]:
+    """Allure's results hold every case's target screenshot: a task must not see them either."""
+    path = getattr(config.option, "allure_report_dir", None)
+    return [Path(path).resolve()] if path else []
 
 
 def _gate(config: pytest.Config, report_dir: Path) -> Gate:
@@ -311,14 +322,35 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[session_key] = session
         config.pluginmanager.register(_Controller(config, session), "retrace-controller")
         # the built-in writers are implementations of the plugin's own hooks, like a third party's
-        from .writers import ResultsJsonl, SummaryJson
+        from .writers import Plots, ResultsJsonl, SummaryJson, SummaryMarkdown
 
         config.pluginmanager.register(ResultsJsonl(session.run_dir), "retrace-results-jsonl")
         config.pluginmanager.register(SummaryJson(), "retrace-summary-json")
+        config.pluginmanager.register(Plots(), "retrace-plots")
+        config.pluginmanager.register(SummaryMarkdown(), "retrace-summary-md")
+        if _progress(config) and not config.option.collectonly:
+            from .progress import ProgressReporter
+
+            config.pluginmanager.register(ProgressReporter(config, session.run_dir, settings.runs), "retrace-progress")
     else:
         config.stash[finished_key] = frozenset(workerinput.get("retrace_finished", ()))
+        if workerinput.get("retrace_progress"):
+            from .progress import StageFile
+
+            config.pluginmanager.register(StageFile(Path(workerinput["retrace_run_dir"]), workerinput["workerid"]),
+                                          "retrace-stage-file")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "retrace-xdist")
+    if getattr(config.option, "allure_report_dir", None):  # allure-pytest's --alluredir, here and on workers
+        from .allure_writer import AllureWriter
+
+        config.pluginmanager.register(AllureWriter(Path(config.option.allure_report_dir), settings),
+                                      "retrace-allure")
+
+
+def _progress(config: pytest.Config) -> bool:
+    flag = config.getoption("retrace_progress")
+    return bool(config.getini("retrace_progress") if flag is None else flag)
 
 
 def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
@@ -353,6 +385,7 @@ class _XdistHooks:
         if session is not None:
             node.workerinput["retrace_run_dir"] = str(session.run_dir)
             node.workerinput["retrace_finished"] = sorted(node.config.stash.get(finished_key, ()))
+            node.workerinput["retrace_progress"] = _progress(node.config)
 
 
 def _run_dir(config: pytest.Config) -> Path | None:
@@ -491,19 +524,35 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
     contextualizer, verifier = _retrace_judges
     opts = ReplayOptions(budget=retrace_run.budget, strategy=retrace_run.strategy,
                          ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
-                         verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier)
+                         verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier,
+                         observer=_StageHooks(request.node))
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     run_dir = _run_dir(request.config)
     artifacts: dict[str, str] = {}
     if run_dir is not None and result.error is None and not result.recovered:
         artifacts = {p.stem: str(p.relative_to(run_dir)) for p in save_artifacts(run_dir, request.node.nodeid, result)}
-    request.node.stash[record_key] = Record.of_result(
+    record = request.node.stash[record_key] = Record.of_result(
         result, nodeid=request.node.nodeid, case=retrace_run.case, model=retrace_run.model.name,
         strategy=retrace_run.strategy, budget=retrace_run.budget, run_index=retrace_run.run_index,
         privileged=retrace_agent.privileged, artifacts=artifacts)
+    request.config.hook.pytest_retrace_result(item=request.node, result=result, record=record)
     if result.error is not None:
         raise result.error
     return result
+
+
+class _StageHooks:
+    """The replay's observer: each stage of a test becomes the plugin's stage hooks, where the Allure writer
+    and the progress line (and any third party) pick it up."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.item = item
+
+    def stage_start(self, stage: Any) -> None:
+        self.item.config.hook.pytest_retrace_stage_start(item=self.item, stage=stage)
+
+    def stage_end(self, stage: Any) -> None:
+        self.item.config.hook.pytest_retrace_stage_end(item=self.item, stage=stage)
 
 
 # -- reporting ---------------------------------------------------------------------------------------

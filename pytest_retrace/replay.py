@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observati
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
 from .evaluators import Evaluation, evaluate
-from .oracle import ScreenDiff, differing_pixels, screen_diff, ssim
+from .similarity import ScreenDiff, differing_pixels, screen_diff, ssim
 from .strategies import Contextualizer, build_context
 
 if TYPE_CHECKING:
@@ -43,6 +43,31 @@ class InfraError(Exception):
         super().__init__(f"[{stage}] {message}")
 
 
+@dataclass
+class Stage:
+    """One stage of a replay as it happens, for observers (Allure steps, the live progress line).
+
+    ``name`` is the machine name (reset, prefix, verify, perturb, context, recover, turn, observe, suffix,
+    evaluate), ``title`` what a reader sees. When the stage ends, ``seconds`` is set, ``failed`` says which
+    check of the agent's did not hold (R_O below threshold, an invalid reply: the agent's failure, not the
+    harness's) and ``error`` holds the infrastructure error that ended it, if any."""
+
+    name: str
+    title: str
+    turn: int | None = None
+    seconds: float | None = None
+    failed: str | None = None
+    error: InfraError | None = None
+
+
+class ReplayObserver(Protocol):
+    """Told when each stage starts and ends; must not raise (an observer's bug is not the case's)."""
+
+    def stage_start(self, stage: Stage) -> None: ...
+
+    def stage_end(self, stage: Stage) -> None: ...
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     budget: int = 10  # r: actions the agent may take
@@ -52,6 +77,7 @@ class ReplayOptions:
     verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
     contextualizer: Contextualizer | None = None  # explicit-context's summariser
     verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel
+    observer: ReplayObserver | None = None  # Allure steps, progress: see plugin._StageHooks
 
     @property
     def max_turns(self) -> int:
@@ -112,12 +138,24 @@ class RecoveryResult:
 
 
 @contextmanager
-def _timed(result: RecoveryResult, stage: str) -> Iterator[None]:
+def _stage(result: RecoveryResult, opts: ReplayOptions, name: str, title: str,
+           turn: int | None = None) -> Iterator[Stage]:
+    """Time a stage into ``result.timings[name]`` (summed over attempts) and tell the observer."""
+    stage = Stage(name, title, turn)
+    if opts.observer is not None:
+        opts.observer.stage_start(stage)
     start = time.monotonic()
     try:
-        yield
+        yield stage
+    except InfraError as exc:
+        stage.error = exc
+        raise
     finally:
-        result.timings[stage] = round(result.timings.get(stage, 0.0) + time.monotonic() - start, 4)
+        stage.seconds = time.monotonic() - start
+        if name != "turn":  # turns are part of "recover"
+            result.timings[name] = round(result.timings.get(name, 0.0) + stage.seconds, 4)
+        if opts.observer is not None:
+            opts.observer.stage_end(stage)
 
 
 def _run_actions(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
@@ -166,24 +204,26 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         result.attempts = attempt
         if history is not None:
             history.clear()
-        with _timed(result, "reset"):
+        with _stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
             try:
                 env.reset(case.task, case.dir)
             except EnvError as exc:
                 raise InfraError("reset", str(exc)) from exc
-        with _timed(result, "prefix"):
+        with _stage(result, opts, "prefix", f"prefix: {_count(case.prefix, 'ground-truth action')}"):
             _run_actions(env, case.prefix, "prefix", result, history)
-        with _timed(result, "verify"):
+        with _stage(result, opts, "verify", "verify s_target") as stage:
             ok, problem = _matches(env, env.screenshot(), target, case, opts, result, "target")
+            stage.failed = problem or None
         if not ok:
             problems.append(f"attempt {attempt}: {problem}")
             continue
         if not with_error:
             return
-        with _timed(result, "perturb"):
+        with _stage(result, opts, "perturb", f"perturbation: {_count(case.perturbation, 'action')}"):
             _run_actions(env, case.perturbation, "perturb", result, history)
-        with _timed(result, "verify"):
+        with _stage(result, opts, "verify", "verify s_error") as stage:
             ok, problem = _matches(env, env.screenshot(), error, case, opts, result, "error")
+            stage.failed = problem or None
         if ok:
             return
         problems.append(f"attempt {attempt}: {problem}")
@@ -218,7 +258,7 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     target = load_png(case.target_png)
     result.target_screenshot = target
 
-    with _timed(result, "context"):
+    with _stage(result, opts, "context", f"context: {opts.strategy}"):
         try:
             context, usage = build_context(opts.strategy, instruction=case.task.instruction, budget=opts.budget,
                                            screen=tuple(env.size), history=history, t_seed=case.t_seed,
@@ -229,23 +269,33 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     if agent.privileged:
         # the oracle's "ideal recovery": the very replay used to build s_target, verified the same way
         context.restore_target = lambda: reconstruct(env, case, opts, result, with_error=False)
-    with _timed(result, "recover"):
+    with _stage(result, opts, "recover", f"recovery: {agent.name}, budget {opts.budget}") as stage:
         _recover(env, agent, context, opts, result)
-    with _timed(result, "observe"):
+        stage.title += f" ({result.actions_used} used)"
+    with _stage(result, opts, "observe", "R_O: SSIM(recovered, target)") as stage:
         recovered = env.screenshot()
         result.recovered_screenshot = recovered
         result.ssim = round(ssim(recovered, target, case.masks), 6)
         result.r_o = result.ssim >= opts.ssim_threshold
         result.diff = screen_diff(recovered, target, case.masks)
-    with _timed(result, "suffix"):
+        relation = ">=" if result.r_o else "<"
+        stage.title = f"R_O: SSIM {result.ssim:.4f} {relation} {opts.ssim_threshold}"
+        stage.failed = None if result.r_o else f"{stage.title}; {result.diff.describe()}"
+    with _stage(result, opts, "suffix", f"suffix: {_count(case.suffix, 'remaining ground-truth action')}"):
         _run_actions(env, case.suffix, "suffix", result)
         result.suffix_len = len(case.suffix)
-    with _timed(result, "evaluate"):
+    with _stage(result, opts, "evaluate", "R_TC: the task's evaluator") as stage:
         try:
             result.evaluation = evaluate(case.task.evaluator, env, case.dir)
         except (EnvError, OSError) as exc:
             raise InfraError("evaluate", str(exc)) from exc
+        stage.title = f"R_TC: evaluator score {result.evaluation.score:g}"
+        stage.failed = None if result.evaluation.passed else "; ".join(result.evaluation.details[:4]) or "failed"
     result.r_tc = result.evaluation.passed
+
+
+def _count(actions: list[Action], what: str) -> str:
+    return f"{len(actions)} {what}{'' if len(actions) == 1 else 's'}"
 
 
 def _brief(exc: BaseException) -> str:
@@ -279,49 +329,69 @@ def _recover(env: Environment, agent: Agent, context: AgentContext, opts: Replay
     for turn_no in range(opts.max_turns):
         if result.actions_used >= opts.budget:
             return
+        with _stage(result, opts, "turn", f"turn {turn_no + 1}", turn=turn_no + 1) as stage:
+            before = len(result.steps)
+            executed, failure, done = _turn(env, agent, opts, result, turn_no, executed, failure)
+            stage.failed = failure
+            mine = [s for s in result.steps[before:] if s.stage == "recover"]  # not the oracle's own replay
+            if mine:
+                stage.title += ": " + ", ".join(_short(s.action) for s in mine)
+        if done:
+            return
+
+
+def _short(action: dict[str, Any]) -> str:
+    args = ", ".join(f"{v!r}" if isinstance(v, str) else str(v) for k, v in action.items() if k != "action")
+    text = f"{action['action']}({args})"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryResult, turn_no: int,
+          executed: int | None, failure: str | None) -> tuple[int, str | None, bool]:
+    """One model turn: observe, ask, execute. Returns (actions executed, what failed, whether the agent is
+    done: it said so or the budget ran out)."""
+    try:
+        cursor = env.cursor_position()
+    except EnvError:
+        cursor = None  # nice to have for the model, never worth failing a case
+    observation = Observation(env.screenshot(), turn_no, opts.budget - result.actions_used, cursor, executed,
+                              failure)
+    try:
+        turn = agent.act(observation)
+    except AgentInfraError as exc:
+        raise InfraError("agent", f"turn {turn_no}: {exc}", kind=exc.kind) from exc
+    except Exception as exc:
+        raise InfraError("agent", f"turn {turn_no}: act raised {_brief(exc)}", kind="agent-bug") from exc
+    result.agent_turns = turn_no + 1
+    result.usage.add(turn.usage)
+    executed = 0
+    invalid = turn.invalid
+    if invalid is None:
         try:
-            cursor = env.cursor_position()
-        except EnvError:
-            cursor = None  # nice to have for the model, never worth failing a case
-        observation = Observation(env.screenshot(), turn_no, opts.budget - result.actions_used, cursor, executed,
-                                  failure)
+            check_turn(turn.actions)  # per-turn caps, whatever dialect the actions came from
+        except ActionError as exc:
+            invalid = str(exc)
+    if invalid is not None:
+        result.actions_used += 1
+        result.invalid_steps += 1
+        result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, invalid))
+        return 0, f"invalid reply: {invalid}", False
+    for i, action in enumerate(turn.actions):
+        if action.terminal:
+            result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale))
+            return executed, None, True
+        if result.actions_used >= opts.budget:
+            result.cut_actions += sum(not a.terminal for a in turn.actions[i:])
+            return executed, None, True
+        result.actions_used += 1
         try:
-            turn = agent.act(observation)
-        except AgentInfraError as exc:
-            raise InfraError("agent", f"turn {turn_no}: {exc}", kind=exc.kind) from exc
-        except Exception as exc:
-            raise InfraError("agent", f"turn {turn_no}: act raised {_brief(exc)}", kind="agent-bug") from exc
-        result.agent_turns = turn_no + 1
-        result.usage.add(turn.usage)
-        executed, failure = 0, None
-        invalid = turn.invalid
-        if invalid is None:
-            try:
-                check_turn(turn.actions)  # per-turn caps, whatever dialect the actions came from
-            except ActionError as exc:
-                invalid = str(exc)
-        if invalid is not None:
-            result.actions_used += 1
-            result.invalid_steps += 1
-            result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, invalid))
-            failure = f"invalid reply: {invalid}"
-            continue
-        for i, action in enumerate(turn.actions):
-            if action.terminal:
-                result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale))
-                return
-            if result.actions_used >= opts.budget:
-                result.cut_actions += sum(not a.terminal for a in turn.actions[i:])
-                return
-            result.actions_used += 1
-            try:
-                settle = env.execute(action)
-            except ActionFailed as exc:  # the desktop is fine; what the agent asked could not be done
-                result.failed_actions += 1
-                result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
-                failure = f"{action.describe()} failed: {exc}"
-                break
-            except EnvError as exc:
-                raise InfraError("recover", f"{action.describe()}: {exc}") from exc
-            executed += 1
-            result.steps.append(StepLog("recover", action.to_dict(), round(settle, 4), turn.rationale))
+            settle = env.execute(action)
+        except ActionFailed as exc:  # the desktop is fine; what the agent asked could not be done
+            result.failed_actions += 1
+            result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
+            return executed, f"{action.describe()} failed: {exc}", False
+        except EnvError as exc:
+            raise InfraError("recover", f"{action.describe()}: {exc}") from exc
+        executed += 1
+        result.steps.append(StepLog("recover", action.to_dict(), round(settle, 4), turn.rationale))
+    return executed, None, False

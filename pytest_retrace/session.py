@@ -28,7 +28,7 @@ def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[P
     """Recovered screenshot and a diff against the target, for a verdict a human wants to check."""
     from PIL import Image
 
-    from .oracle import diff_image
+    from .similarity import diff_image
 
     if result.recovered_screenshot is None or result.target_screenshot is None:
         return []

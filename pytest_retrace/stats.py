@@ -2,7 +2,8 @@
 
 Each finished test yields one :class:`~pytest_retrace.records.Record` (``nodeid``, ``model``,
 ``strategy``, ``budget``, ``domain``, ``verdict``, ``r_o``, ``r_tc``, ``ssim``, ``error``, ``usage`` ...).
-Records are grouped per (model, strategy, budget) and per (model, strategy, budget, domain).
+Records are grouped per (model, strategy, budget) and, for the breakdowns, per (model, strategy, budget) and
+one of the case's domain, kind (visible, subtle, hidden-state, visual-only) or horizon (short, long).
 
 Infrastructure errors (``verdict == "error"``) say nothing about the agent, so they
 are excluded from every rate and only counted (``errors``, ``error_kinds``).
@@ -57,7 +58,7 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
 
 @dataclass(frozen=True)
 class GroupStats:
-    """Recovery statistics of one (model, strategy[, domain]) cell."""
+    """Recovery statistics of one (model, strategy, budget[, domain | kind | horizon]) cell."""
 
     model: str
     strategy: str
@@ -85,15 +86,23 @@ class GroupStats:
     rate_mean: float | None = None
     rate_sd: float | None = None
     success_at: dict[str, float] | None = None  # "k" -> success@k
+    # the "kinds" / "horizons" breakdowns only ("" = the case does not say); see to_dict
+    kind: str | None = None
+    horizon: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict with floats rounded to 6 decimals."""
+        """JSON-able dict with floats rounded to 6 decimals. ``kind`` and ``horizon`` appear only in the rows of
+        their own breakdown, so the groups and domains rows of summary.json keep the keys they always had."""
         def rounded(v: Any) -> Any:
             if isinstance(v, float):
                 return round(v, _DIGITS)
             return {k: rounded(x) for k, x in v.items()} if isinstance(v, dict) else v
 
-        return {k: rounded(v) for k, v in asdict(self).items()}
+        return {k: rounded(v) for k, v in asdict(self).items()
+                if v is not None or k not in _BREAKDOWN_ONLY}
+
+
+_BREAKDOWN_ONLY = ("kind", "horizon")
 
 
 def _share(count: int, n: int) -> float | None:
@@ -139,7 +148,7 @@ def _repeated(records: list[Record]) -> dict[str, Any]:
 
 
 def _group_stats(model: str, strategy: str, budget: int | None, domain: str | None,
-                 records: list[Record], common: set[str] | None = None) -> GroupStats:
+                 records: list[Record], common: set[str] | None = None, **by: str) -> GroupStats:
     ok = [r for r in records if not r.is_error]
     n = len(ok)
     recovered = sum(r.verdict == "recovered" for r in ok)
@@ -170,6 +179,7 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
         common_recovered=None if common is None else shared_recovered,
         common_rate=None if common is None else _share(shared_recovered, len(shared)),
         **_repeated(records),
+        **by,
     )
 
 
@@ -220,6 +230,25 @@ def _common_cases(records: list[Record]) -> dict[tuple[str, int | None], set[str
     return out
 
 
+# the record field each breakdown groups by, and its key in the summary
+BREAKDOWNS: dict[str, str] = {"domain": "domains", "kind": "kinds", "horizon": "horizons"}
+# kinds and horizons are listed in this order (from the most to the least visible mistake; short before long),
+# values not listed after them alphabetically
+KIND_ORDER: tuple[str, ...] = ("visible", "subtle", "hidden-state", "visual-only")
+HORIZON_ORDER: tuple[str, ...] = ("short", "long")
+_RANKS: dict[str, tuple[str, ...]] = {"kind": KIND_ORDER, "horizon": HORIZON_ORDER}
+
+
+def _ranked(field: str) -> Any:
+    order = _RANKS.get(field, ())
+
+    def key(cell: tuple[str, str, int | None, str]) -> tuple[Any, ...]:
+        *group, value = cell
+        rank = order.index(value) if value in order else len(order)
+        return (*_order(tuple(group)), rank, value)
+    return key
+
+
 def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v) if isinstance(v, int) or v is None else (False, v) for v in key)
 
@@ -227,27 +256,36 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
 def summarize(records: Iterable[Record]) -> dict[str, Any]:
     """Summarise records into a JSON-able dict, independent of record order.
 
-    Returns ``{"groups", "domains", "n_records", "n_errors", "error_kinds"}`` where
-    ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget) and ``domains``
-    one per (model, strategy, budget, domain), both sorted; ``n_records``/``n_errors`` count
-    the records left after duplicate nodeids are resolved (see ``_dedupe``), ``n_ignored_reruns``
-    the records that tried to replace a finished verdict.
+    Returns ``{"groups", "domains", "kinds", "horizons", "n_records", "n_errors", "n_ignored_reruns",
+    "error_kinds"}`` where ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget),
+    ``domains`` one per (model, strategy, budget, domain), ``kinds`` and ``horizons`` likewise per the case's
+    kind and horizon, all sorted; ``n_records``/``n_errors`` count the records left after duplicate nodeids
+    are resolved (see ``_dedupe``), ``n_ignored_reruns`` the records that tried to replace a finished verdict.
     """
     unique, ignored = _dedupe(records)
     groups: dict[tuple[str, str, int | None], list[Record]] = {}
-    cells: dict[tuple[str, str, int | None, str], list[Record]] = {}
+    cells: dict[str, dict[tuple[str, str, int | None, str], list[Record]]] = {f: {} for f in BREAKDOWNS}
     for r in unique:
-        model, strategy, budget, domain = _key(r, "model"), _key(r, "strategy"), _budget(r), _key(r, "domain")
+        model, strategy, budget = _key(r, "model"), _key(r, "strategy"), _budget(r)
         groups.setdefault((model, strategy, budget), []).append(r)
-        cells.setdefault((model, strategy, budget, domain), []).append(r)
+        for field in BREAKDOWNS:
+            cells[field].setdefault((model, strategy, budget, _key(r, field)), []).append(r)
     common = _common_cases(unique)
+
+    def breakdown(field: str) -> list[dict[str, Any]]:
+        by = cells[field]
+        return [_group_stats(m, s, b, v if field == "domain" else None, by[m, s, b, v], common[s, b],
+                             **({} if field == "domain" else {field: v})).to_dict()
+                for m, s, b, v in sorted(by, key=_ranked(field))]
+
     errors = [r for r in unique if r.is_error]
     kinds = Counter((r.error.kind if r.error else "") or "unknown" for r in errors)
     return {
         "groups": [_group_stats(m, s, b, None, groups[m, s, b], common[s, b]).to_dict()
                    for m, s, b in sorted(groups, key=_order)],
-        "domains": [_group_stats(m, s, b, d, cells[m, s, b, d], common[s, b]).to_dict()
-                    for m, s, b, d in sorted(cells, key=_order)],
+        "domains": breakdown("domain"),
+        "kinds": breakdown("kind"),
+        "horizons": breakdown("horizon"),
         "n_records": len(unique),
         "n_errors": len(errors),
         "n_ignored_reruns": ignored,  # later records of tests that already had a finished verdict
@@ -266,10 +304,24 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
+def format_table(summary: dict[str, Any], *, by_domain: bool = False, by: str | None = None) -> str:
     """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values. The
-    ``shared`` column (several models only) is each rate on the cases no compared model errored on."""
-    rows_in = summary["domains" if by_domain else "groups"]
+    ``shared`` column (several models only) is each rate on the cases no compared model errored on.
+    ``by`` ("domain", "kind" or "horizon") gives that breakdown; ``by_domain=True`` is ``by="domain"``."""
+    return pad_table(table_rows(summary, by="domain" if by_domain else by))
+
+
+def pad_table(rows: list[list[str]]) -> str:
+    """Rows of cells (the first the header) as left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def table_rows(summary: dict[str, Any], *, by: str | None = None) -> list[list[str]]:
+    """The cells of :func:`format_table` (header first), for other renderings of the same table (report.py)."""
+    if by is not None and by not in BREAKDOWNS:
+        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(BREAKDOWNS)}")
+    rows_in = summary.get(BREAKDOWNS[by], []) if by else summary["groups"]
     shared = any(g.get("common_n") is not None for g in rows_in)
     costly = any(g.get("calls") for g in rows_in)
     repeated = any(g.get("runs") for g in rows_in)
@@ -277,7 +329,7 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
         "model",
         "strategy",
         "r",
-        *(["domain"] if by_domain else []),
+        *([by] if by else []),
         "n",
         "recovered",
         "rate",
@@ -297,7 +349,7 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
                 g["model"],
                 g["strategy"],
                 "-" if g.get("budget") is None else str(g["budget"]),
-                *([g["domain"] or "-"] if by_domain else []),
+                *([g.get(by) or "-"] if by else []),
                 str(g["n"]),
                 str(g["recovered"]),
                 _pct(g["rate"]),
@@ -312,5 +364,4 @@ def format_table(summary: dict[str, Any], *, by_domain: bool = False) -> str:
                 *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return rows

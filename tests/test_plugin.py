@@ -4,6 +4,7 @@ real desktops. Calibration, xdist equivalence, pytest options, infra errors, tea
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -127,6 +128,7 @@ def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_res
 def test_own_hooks_receive_every_record_and_the_summary(project: pytest.Pytester) -> None:
     project.makeconftest('''
 import json
+import re
 
 def pytest_configure(config):
     config._seen = []
@@ -281,15 +283,74 @@ register_agent("suicidal", Suicidal)
     assert_no_leftovers(project)
 
 
+def _in_a_terminal(argv: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
+    """Run a command on a pseudo-terminal (as a person at a terminal would): exit status and all output."""
+    import pty
+    import select
+
+    main, other = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=other, stdout=other, stderr=other, close_fds=True)
+    os.close(other)
+    out, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([main], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the other end closed: the command is done
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(main)
+    return proc.wait(timeout=30), out.decode(errors="replace")
+
+
+def test_retrace_run_prints_a_line_per_test_and_a_live_progress_line(project: pytest.Pytester) -> None:
+    """Under xdist, at a terminal: one line per test with its verdict (pytest's own lines, two per test with
+    -v under xdist, are gone), a live line naming case, model and stage while tests run, no traceback."""
+    retrace = Path(sys.executable).with_name("retrace")
+    code, out = _in_a_terminal([str(retrace), "run", "--model", "noop,oracle", "-n", "2", "-k",
+                                "typo-short or select-all", "--retrace-run=lines", "-p", "no:cacheprovider"],
+                               project.path)
+    assert code == 0, out[-3000:]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    lines = [seg for line in plain.splitlines() for seg in line.split("\r")]
+    results = [line.strip() for line in lines if re.match(r"\s*\[\d/4\] ", line)]
+    assert len(results) == 4, plain[-3000:]
+    assert sorted(r.split("] ")[0] for r in results) == ["[1/4", "[2/4", "[3/4", "[4/4"]
+    [noop_typo] = [r for r in results if "typo-short" in r and "noop" in r]
+    assert re.search(r"NOT RECOVERED +typo-short +noop · implicit · r=10 +R_O ok \(0\.99\d\d\), R_TC failed, "
+                     r"0/10 actions", noop_typo), noop_typo
+    assert sum("RECOVERED " in r and "NOT" not in r for r in results) == 2
+    assert "test_recovery[" not in plain and "[gw" not in plain and "Traceback" not in plain
+    live = [line for line in lines if line.startswith("running ")]
+    assert any(re.search(r"running [12]: (typo-short|select-all-short) \((noop|oracle)\) \w+", line)
+               for line in live), plain[-3000:]
+    assert "retrace recovery summary" in plain and "2 failed, 2 passed" in plain
+    run = project.path / "reports" / "lines"
+    assert not (run / ".progress").exists()  # the live line's files are gone
+    # the run's own report: summary.md with its tables, and the plots as real, non-blank PNG images
+    assert "| noop | implicit | 10 | 2 | 0 |" in (run / "summary.md").read_text()
+    from PIL import Image
+
+    for name in ("rates", "budget", "kinds", "horizons"):
+        with Image.open(run / "plots" / f"{name}.png") as image:
+            assert image.format == "PNG" and min(image.size) > 100
+            assert len(image.convert("RGB").getcolors(1 << 20) or []) > 2, name
+
+
 def test_retrace_run_measures_and_the_gate_decides(project: pytest.Pytester) -> None:
-    """`retrace run` exits 0 on a completed run whatever the agents scored, with one line per test and no
-    traceback; with a gate option the gate decides, under plain pytest as well."""
+    """`retrace run` exits 0 on a completed run whatever the agents scored; with a gate option the gate
+    decides, under plain pytest as well."""
     retrace = Path(sys.executable).with_name("retrace")
     run = subprocess.run([str(retrace), "run", "--model", "noop", "-k", "typo-short", "--retrace-run=measure",
                           "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "test_recovery[typo-short-noop-implicit-r10] FAILED" in run.stdout
-    assert "Traceback" not in run.stdout and "R_TC failed" not in run.stdout  # no per-test explanation
+    assert re.search(r"\[1/1\] NOT RECOVERED +typo-short", run.stdout), run.stdout
+    assert "running " not in run.stdout  # not a terminal: no live line in a CI log
+    assert "Traceback" not in run.stdout and "R_TC failed: evaluator" not in run.stdout  # no explanation
     assert "retrace recovery summary" in run.stdout
     res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short", "--retrace-fail-under=0.5",
                                        "--retrace-run=gate-fail", "-p", "no:cacheprovider")

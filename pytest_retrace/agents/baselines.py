@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..actions import Action, ActionError, parse_action
-from ..oracle import differing_pixels
+from ..similarity import differing_pixels
 from . import AgentContext, AgentTurn, ModelConfig, Observation, parse_options
 
 _DONE = Action("done")

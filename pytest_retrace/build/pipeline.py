@@ -308,7 +308,7 @@ class Builder:
                        p: AgentPerturbation) -> tuple[tuple[Action, ...], str] | str:
         """Let the perturbation agent act from the target state; its executed actions are the mistake."""
         from ..agents import AgentContext, create_agent, load_model_config
-        from ..oracle import differing_pixels
+        from ..similarity import differing_pixels
         from ..replay import InfraError, drive
 
         key = (p.model, id(env))

@@ -21,7 +21,7 @@ from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
 from ..evaluators import evaluate
-from ..oracle import differing_pixels, ssim
+from ..similarity import differing_pixels, ssim
 
 Masks = Sequence[tuple[int, int, int, int]] | None
 

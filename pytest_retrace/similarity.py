@@ -1,4 +1,5 @@
-"""The recovery oracle R = R_TC ∧ R_O and its observation half, SSIM with masks.
+"""How alike two screenshots are: SSIM with masks (R_O, the observation half of the oracle R = R_TC ∧ R_O),
+pixel-exact comparison (the harness's own reconstruction check), and images that show where they differ.
 
 R_O follows the paper: SSIM(recovered screenshot, recorded target) on grayscale images with
 data_range 255, threshold 0.99 by default.  Masked rectangles (regions that legitimately change, such
@@ -24,20 +25,43 @@ def _gray(rgb: np.ndarray) -> np.ndarray:
 
 def ssim(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -> float:
     """Mean SSIM of two RGB screenshots over their unmasked pixels."""
-    from skimage.metrics import structural_similarity
-
-    if a.shape != b.shape:
-        raise ValueError(f"screenshots differ in size: {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
-    ga, gb = _gray(apply_masks(a, masks)), _gray(apply_masks(b, masks))
-    if np.array_equal(ga, gb):
-        return 1.0  # skip the expensive map: identical frames are the common case for a correct recovery
-    _, smap = structural_similarity(ga, gb, data_range=255, full=True)
+    smap = ssim_map(a, b, masks)
+    if smap is None:
+        return 1.0  # identical frames, the common case for a correct recovery
     if masks:
         keep = np.ones(smap.shape, dtype=bool)
         for x, y, w, h in masks:
             keep[y : y + h, x : x + w] = False
         return float(smap[keep].mean())
     return float(smap.mean())
+
+
+def ssim_map(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -> np.ndarray | None:
+    """The local SSIM of every pixel (masked regions blanked in both), or None for identical frames."""
+    from skimage.metrics import structural_similarity
+
+    if a.shape != b.shape:
+        raise ValueError(f"screenshots differ in size: {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
+    ga, gb = _gray(apply_masks(a, masks)), _gray(apply_masks(b, masks))
+    if np.array_equal(ga, gb):
+        return None  # skip the expensive map
+    _, smap = structural_similarity(ga, gb, data_range=255, full=True)
+    return smap
+
+
+def ssim_heatmap(target: np.ndarray, recovered: np.ndarray, masks: Sequence[Rect] = ()) -> np.ndarray:
+    """The recovered screen dimmed to gray, red where its local SSIM to the target is low (1 - SSIM, so a
+    reader sees what R_O saw, not just which pixels changed); masked regions, which R_O ignores, in blue."""
+    gray = (_gray(recovered) / 3).astype(np.uint8)
+    out = np.stack([gray, gray, gray], axis=2)
+    smap = ssim_map(target, recovered, masks)
+    if smap is not None:
+        dissimilar = np.clip(1.0 - smap, 0.0, 1.0)
+        red = np.clip(dissimilar * 4, 0.0, 1.0)  # 1 - SSIM of 0.25 and above is full red: small drops stay visible
+        out[..., 0] = np.maximum(out[..., 0], (red * 255).astype(np.uint8))
+    for x, y, w, h in masks:
+        out[y : y + h, x : x + w] = (0, 0, 96)
+    return out
 
 
 def differing_pixels(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -> int:
