@@ -68,7 +68,7 @@ class AllureWriter:
         (self.results_dir / "categories.json").write_text(json.dumps(CATEGORIES, indent=2) + "\n")
         env = {
             "retrace.models": ", ".join(m.name for m in self.settings.models),
-            "retrace.env": self.settings.env,
+            "retrace.env": self.settings.env.describe(),
             "retrace.budgets": ", ".join(map(str, self.settings.budgets)),
             "retrace.ssim_threshold": str(self.settings.ssim_threshold),
             "retrace.runs": str(self.settings.runs),

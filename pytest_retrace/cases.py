@@ -11,12 +11,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-import posixpath
-import shlex
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -34,10 +32,11 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from .actions import POINTER_KINDS, Action, ActionError, parse_action
-from .envs.sandbox import GUEST_HOME  # the home every setup step and app sees
 from .evaluators import EvaluatorError, validate_evaluator
 from .evaluators.plan import Check, Group, compile_block
-from .evaluators.values import short
+from .setup_steps import FileStep, SetupStep, Text
+from .setup_steps import show as _show
+from .setup_steps import text as _text
 
 DEFAULT_SCREEN = (1280, 800)
 
@@ -48,7 +47,6 @@ MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB
 MAX_YAML_NODES = 10_000
 MAX_YAML_DEPTH = 50  # nesting levels; real cases need fewer than 10, and PyYAML's composer recurses
 MAX_METADATA_BYTES = 64 * 1024  # metadata serialised as JSON; it is copied into every result record
-MAX_TIMEOUT = 600.0  # seconds a setup step may wait
 MAX_SCREEN = 8192  # pixels per screen side
 MAX_JSON_INT = 2**63  # metadata integers must fit the 64-bit range other JSON readers assume
 KINDS = ("visible", "subtle", "hidden-state", "visual-only")
@@ -62,21 +60,8 @@ class CaseError(Exception):
         super().__init__(f"{path}: {field}: {message}" if field else f"{path}: {message}")
 
 
-def _show(value: Any) -> str:
-    """repr() for messages, cut short: values come from the file and may be huge."""
-    return short(value, limit=200)
-
-
 # --- field types ------------------------------------------------------------------------------------
 # The models are strict: YAML `true` is not 1, "0" is not 0, 1 is not "1". Constraints live on the types.
-
-
-def _text(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
-    if "\0" in value:
-        raise ValueError(f"must not contain a NUL character, got {_show(value)}")
-    return value
 
 
 def _one_line(value: str) -> str:
@@ -98,10 +83,8 @@ def _as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-Text = Annotated[str, AfterValidator(_text)]
 Name = Annotated[str, Field(max_length=200), AfterValidator(_text), AfterValidator(_one_line)]
 Slug = Annotated[str, Field(max_length=100), AfterValidator(_text), AfterValidator(_slug)]
-Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
 ScreenSide = Annotated[int, Field(ge=1, le=MAX_SCREEN)]
 ScreenSize = Annotated[tuple[ScreenSide, ScreenSide], BeforeValidator(_as_tuple)]
 Rect = Annotated[tuple[int, int, int, int], BeforeValidator(_as_tuple)]
@@ -111,73 +94,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=True)
 
 
-class LaunchStep(_Model):
-    """Start an application; wait until a window matching `window` (WM_CLASS or title regex) is visible."""
-
-    type: Literal["launch"]
-    command: list[str] | str
-    window: Text | None = None
-    timeout: Timeout = 30.0
-
-    @field_validator("command", mode="before")  # before: one clear message instead of one per union member
-    @classmethod
-    def _argv(cls, command: Any) -> list[str] | str:
-        if isinstance(command, str):
-            try:
-                argv = shlex.split(command)  # what the environment will do with it
-            except ValueError as exc:
-                raise ValueError(f"cannot be split into arguments ({exc}): {_show(command)}") from None
-        elif isinstance(command, list):
-            argv = command
-        else:
-            raise ValueError(f"must be a list of arguments or a string, got {_show(command)}")
-        if not argv:
-            raise ValueError(f"names no program: {_show(command)}")
-        for i, arg in enumerate(argv):
-            if not isinstance(arg, str) or not arg or "\0" in arg:
-                raise ValueError(f"argument {i} must be a non-empty string without NUL, got {_show(arg)}")
-        return command
-
-
-class FileStep(_Model):
-    """Write a file into the environment's home, from inline `content` or a `src` file next to the YAML."""
-
-    type: Literal["file"]
-    path: Text
-    content: str | None = None
-    src: Text | None = None
-
-    @field_validator("path")
-    @classmethod
-    def _in_home(cls, path: str) -> str:
-        if path.startswith("~/"):
-            full = GUEST_HOME + path[1:]
-        elif path.startswith("~"):  # ~other-user, or the home itself
-            full = path
-        else:
-            full = posixpath.join(GUEST_HOME, path)  # an absolute path replaces the home
-        # `..` is resolved lexically, the way the environment joins the path to its home
-        if not posixpath.normpath(full).startswith(GUEST_HOME + "/"):
-            raise ValueError(f"{_show(path)} is outside the home: use ~/..., {GUEST_HOME}/... or a path "
-                             "relative to the home")
-        return path
-
-    @model_validator(mode="after")
-    def _one_source(self) -> FileStep:
-        if (self.content is None) == (self.src is None):
-            raise ValueError("give exactly one of 'content' or 'src'")
-        return self
-
-
-class CommandStep(_Model):
-    """Run a shell command inside the environment (must exit 0)."""
-
-    type: Literal["command"]
-    command: Text
-    timeout: Timeout = 30.0
-
-
-SetupStep = Annotated[LaunchStep | FileStep | CommandStep, Field(discriminator="type")]
 
 
 class Task(_Model):
@@ -504,7 +420,7 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
     return case
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_png(path: Path) -> Any:
     """A recorded screenshot as an RGB uint8 array (cached: every model run of a case reuses it)."""
     import numpy as np

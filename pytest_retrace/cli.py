@@ -6,6 +6,8 @@
     retrace summary reports/<run>/results.jsonl [...]       recompute a summary from results (merge runs)
     retrace report RUN [RUN ...] [--out DIR] [--json]        runs side by side: mean ± sd across runs, paired
                                                             model comparisons; --out writes report.md + plots
+    retrace build [--env NAME] [...]                         build cases from successful trajectories
+    retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .envs.config import EnvConfig
 
 
 class _Outcome:
@@ -108,18 +114,21 @@ def _harness_files(paths: list[str]) -> list[Path]:
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
     from .build.record import RecordError, record_case
     from .cases import CaseError, load_case
-    from .envs import EnvError, create_environment
+    from .envs import EnvError, Environment
 
-    envs: dict[tuple[int, int], object] = {}  # one desktop per screen size the cases ask for
+    env_config = _env_config(args)
+    if env_config is None:
+        return 2
+    envs: dict[tuple[int, int], Environment] = {}  # one desktop per screen size the cases ask for
     failed = 0
     try:
         for path in _case_files(args.paths):
             try:
                 size = load_case(path, check_screenshots=False).screen
                 if size not in envs:
-                    envs[size] = create_environment("xvfb", size=size, hide=_harness_files(args.paths))
-                    envs[size].start()  # type: ignore[attr-defined]
-                rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)  # type: ignore[arg-type]
+                    envs[size] = env_config.create(size=size, hide=_harness_files(args.paths))
+                    envs[size].start()
+                rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)
             except (RecordError, CaseError, EnvError) as exc:
                 failed += 1
                 print(f"FAILED {exc}")
@@ -133,13 +142,23 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
                 print(f"  - {line}")
     finally:
         for env in envs.values():
-            env.close()  # type: ignore[attr-defined]
+            env.close()
     return 1 if failed else 0
+
+
+def _env_config(args: argparse.Namespace) -> EnvConfig | None:
+    """--env / --env-option, as pytest's --retrace-env / --retrace-env-option; None after printing why not."""
+    from .envs.config import EnvConfigError, load_env_config
+
+    try:
+        return load_env_config(args.env, [Path.cwd() / "envs"], args.env_option)
+    except EnvConfigError as exc:
+        print(f"retrace {args.command}: --env: {exc}", file=sys.stderr)
+        return None
 
 
 def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     from .build.pipeline import BuildConfig, Builder
-    from .envs import create_environment
 
     cfg = BuildConfig(work=Path(args.work), out=Path(args.out), scripted=[Path(p) for p in args.scripted],
                       osworld=[Path(p) for p in args.osworld],
@@ -147,8 +166,11 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
                       per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
                       perturb_agents=args.perturb_agent)
+    env_config = _env_config(args)
+    if env_config is None:
+        return 2
     hidden = _harness_files([args.work, args.out, *args.scripted, *args.osworld])
-    envs = [create_environment("xvfb", hide=hidden) for _ in range(args.workers)]
+    envs = [env_config.create(hide=hidden) for _ in range(args.workers)]
     try:
         for env in envs:
             env.start()
@@ -213,6 +235,28 @@ def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _env_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default="xvfb", help="environment: a provider, a config envs/NAME.yaml or its "
+                        "path (as pytest's --retrace-env; default xvfb)")
+    parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the environment provider (repeatable)")
+
+
+def _cmd_guest(args: argparse.Namespace, extra: list[str]) -> int:
+    """The guest server (pytest_retrace/guest), in the foreground until SIGINT or SIGTERM."""
+    from .guest import GuestConfig, GuestError, serve
+    from .guest.server import read_token
+
+    try:
+        token = read_token(args.token_env)
+        config = GuestConfig(home=Path(args.home).expanduser() if args.home else Path.home(), token=token,
+                             command_timeout=args.command_timeout, display=args.display)
+        return serve(config, host=args.host, port=args.port, log_level=args.log_level)
+    except GuestError as exc:
+        print(f"retrace guest: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -228,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--replays", type=int, default=3, help="runs that must agree (default 3)")
     rec.add_argument("--ssim-threshold", type=float, default=0.99,
                      help="R_O's threshold: a harmless mistake is a case only if its screen is below it")
+    _env_arguments(rec)
     rec.set_defaults(func=_cmd_record)
     bld = sub.add_parser("build", help="build recovery cases from successful trajectories (resumable stages)")
     bld.add_argument("--scripted", action="append", default=[], help="dir of scripted rollouts (default rollouts/)")
@@ -249,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--per-domain", type=int, default=12, help="max cases per domain in the final set")
     bld.add_argument("--from", dest="from_stage", choices=["rollouts", "consistent", "seeds", "perturb", "final"],
                      help="redo this stage and every later one")
+    _env_arguments(bld)
     bld.set_defaults(func=_cmd_build)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
     summ.add_argument("results", nargs="+")
@@ -261,6 +307,19 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--json", action="store_true", help="print the merged report as JSON")
     rep.add_argument("--report-dir", default="reports", help="where run names are looked up (default reports)")
     rep.set_defaults(func=_cmd_report)
+    gst = sub.add_parser("guest", help="serve OSWorld's VM-server API on this desktop, for the remote environment")
+    gst.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (default 127.0.0.1; any other needs --token-env)")
+    gst.add_argument("--port", type=int, default=5000, help="port (default 5000, as OSWorld's; 0: any free one)")
+    gst.add_argument("--token-env", metavar="VAR",
+                     help="require 'Authorization: Bearer TOKEN', the token read from this environment variable")
+    gst.add_argument("--home", help="the home: '~' in requests, and with /tmp where files may be read and written "
+                     "(default: this user's home)")
+    gst.add_argument("--display", help="the X display to serve (default: $DISPLAY)")
+    gst.add_argument("--command-timeout", type=float, default=120.0,
+                     help="seconds a command of /execute may run (exit status 124 after that; default 120)")
+    gst.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    gst.set_defaults(func=_cmd_guest)
     args, extra = parser.parse_known_args(argv)
     if args.command == "build" and not args.scripted and not args.osworld:
         args.scripted = ["rollouts"]

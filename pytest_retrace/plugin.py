@@ -25,6 +25,7 @@ from .agents import (  # noqa: E402
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
 from .baseline import baseline_path, summary_block  # noqa: E402
 from .baseline import save as save_baseline  # noqa: E402
+from .envs.config import EnvConfig, EnvConfigError, load_env_config  # noqa: E402
 from .gate import Gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
@@ -37,7 +38,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                  + " (default: each model config's)"),
     "cases": ("paths", [], "case directories or files (default: cases/)"),
     "agents": ("paths", [], "directories holding model configs NAME.yaml (default: agents/)"),
-    "env": ("string", "xvfb", "environment provider"),
+    "env": ("string", "xvfb", "environment: a provider (xvfb, or one a package registers), a config envs/NAME.yaml "
+            "(provider + options) or the path of one"),
+    "env-option": ("args", [], "an option of the environment provider, KEY=VALUE (repeatable; overrides the config's)"),
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
     "runs": ("string", "1", "K: run every test K times (the run index is in the test id); the summary adds "
@@ -69,7 +72,7 @@ class Settings:
     models: tuple[ModelConfig, ...]
     strategies: tuple[str, ...]  # empty: each model's own
     case_roots: tuple[Path, ...]
-    env: str
+    env: EnvConfig
     budgets: tuple[int, ...]
     contextualizer: ModelConfig | None  # only when an explicit-context test will run
     verifier: ModelConfig | None
@@ -200,11 +203,16 @@ def _settings(config: pytest.Config) -> Settings | None:
     if network not in ("none", "host"):
         raise pytest.UsageError(f"--retrace-network: {network!r} is not one of none, host")
     case_roots = _paths(config, "cases", "cases")
+    try:
+        env = load_env_config(str(_opt(config, "env")), [config.rootpath / "envs"],
+                              [str(v) for v in _opt(config, "env-option") or []])
+    except EnvConfigError as exc:
+        raise pytest.UsageError(f"--retrace-env: {exc}") from None
     summarised = "explicit-context" in (strategies or {s for m in models for s in m.strategies})
     report_dir = Path(_opt(config, "report-dir"))
     report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
     return Settings(
-        models=models, strategies=strategies, case_roots=case_roots, env=str(_opt(config, "env")),
+        models=models, strategies=strategies, case_roots=case_roots, env=env,
         budgets=tuple(dict.fromkeys(budgets or [10])),
         contextualizer=_helper(config, "contextualizer", agent_dirs) if summarised else None,
         verifier=_helper(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
@@ -263,7 +271,7 @@ def _strategies(settings: Settings, model: ModelConfig) -> tuple[str, ...]:
 
 
 # -- configuration -----------------------------------------------------------------------------------
-PATH_OPTIONS = ("cases", "agents", "report-dir")
+PATH_OPTIONS = ("cases", "agents", "report-dir", "env")
 
 
 def _check_rootdir(config: pytest.Config) -> None:
@@ -401,7 +409,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     models = ", ".join(f"{m.name} ({m.provider})" for m in settings.models)
     budgets = ",".join(map(str, settings.budgets))
-    return [f"retrace: models {models}; env {settings.env}; budget r={budgets}; "
+    return [f"retrace: models {models}; env {settings.env.describe()}; budget r={budgets}; "
             f"SSIM >= {settings.ssim_threshold}; cases {', '.join(str(p) for p in settings.case_roots)}"]
 
 
@@ -454,12 +462,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def retrace_env(request: pytest.FixtureRequest) -> Any:
     """One real desktop per process (per xdist worker), reset before every case, always torn down."""
-    from .envs import create_environment
     from .settle import SettleConfig
 
     settings = request.config.stash[settings_key]
-    env = create_environment(settings.env, size=settings.screen, network=settings.network, hide=settings.hide,
-                             settle=SettleConfig(timeout=settings.settle, quiet=settings.settle_quiet))
+    env = settings.env.create(size=settings.screen, network=settings.network, hide=settings.hide,
+                              settle=SettleConfig(timeout=settings.settle, quiet=settings.settle_quiet))
     atexit.register(env.close)  # belt and braces: also on paths that skip fixture teardown
     try:
         env.start()
@@ -632,7 +639,7 @@ class _Controller:
             return  # nothing ran: no run directory, no summary
         settings = self.config.stash[settings_key]
         summary = self.session.finish({
-            "models": [m.name for m in settings.models], "env": settings.env, "budgets": list(settings.budgets),
+            "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
             "collection_errors": self.collection_errors,
         })

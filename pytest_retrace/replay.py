@@ -206,7 +206,7 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
             history.clear()
         with _stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
             try:
-                env.reset(case.task, case.dir)
+                env.reset(case.task, case.dir, masks=case.masks)
             except EnvError as exc:
                 raise InfraError("reset", str(exc)) from exc
         with _stage(result, opts, "prefix", f"prefix: {_count(case.prefix, 'ground-truth action')}"):
@@ -248,9 +248,6 @@ def run_case(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOpt
 
 
 def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions, result: RecoveryResult) -> None:
-    env_masks = getattr(env, "masks", None)
-    if env_masks is not None:
-        env.masks = case.masks  # type: ignore[attr-defined]  # settling ignores the case's masked regions
     if tuple(env.size) != tuple(case.screen):
         raise InfraError("setup", f"environment screen {env.size} != case screen {case.screen}", kind="config")
     history: list[HistoryStep] = []

@@ -19,17 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_retrace.actions import Action, ActionError, parse_action
-from pytest_retrace.cases import (
-    GUEST_HOME,
-    MAX_METADATA_BYTES,
-    MAX_SCREEN,
-    MAX_TIMEOUT,
-    CaseError,
-    FileStep,
-    LaunchStep,
-    RecoveryCase,
-    load_case,
-)
+from pytest_retrace.cases import MAX_METADATA_BYTES, MAX_SCREEN, CaseError, RecoveryCase, load_case
+from pytest_retrace.setup_steps import GUEST_HOME, MAX_TIMEOUT, FileStep, LaunchStep
 
 from .test_cases import VALID, write_case
 

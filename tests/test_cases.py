@@ -14,7 +14,8 @@ import yaml
 from PIL import Image
 
 from pytest_retrace.actions import Action
-from pytest_retrace.cases import CaseError, FileStep, LaunchStep, load_case
+from pytest_retrace.cases import CaseError, load_case
+from pytest_retrace.setup_steps import FileStep, LaunchStep
 
 pytest_plugins = ["pytester"]
 

@@ -1,14 +1,23 @@
-"""Environments: one protocol, several small providers (xvfb today; docker and remote next).
+"""Environments: one protocol, providers registered by name (inspect_ai style).
 
-Lifecycle (inspect_ai style): ``start()`` once per worker, ``reset(task, case_dir)`` before each case,
-``close()`` always.  Everything above this layer (replay, evaluators, agents) talks to the protocol only,
-so a docker container or an OSWorld VM can be swapped in without touching them.
+Lifecycle: ``start()`` once per worker, ``reset(task, files, masks=...)`` before each case, ``close()`` always.
+Everything above this layer — replay, evaluators, the dataset pipeline, agents — talks to the protocol only,
+so a docker container or an OSWorld VM can stand in for the local desktop without touching them. Setup steps
+(setup_steps.py, below this layer) are interpreted once, over protocol methods, by :func:`envs.setup.apply_setup`
+for every provider.
+
+Providers are registered by name with a lazy import (``pytest --help`` never pays for the docker SDK) and can
+come from other packages through the ``pytest_retrace.environments`` entry point group. A provider's factory
+takes the harness's keywords (``size``, ``settle``, ``network``, ``hide``) and its own options, which come
+from ``--retrace-env-option KEY=VALUE`` or an ``envs/NAME.yaml`` config (envs/config.py).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -16,8 +25,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..actions import Action
-    from ..cases import Task
-    from ..evaluators import CommandResult
+    from ..setup_steps import TaskSetup
+
+Rect = tuple[int, int, int, int]  # x, y, w, h
+ENTRY_POINT_GROUP = "pytest_retrace.environments"
 
 
 class EnvError(RuntimeError):
@@ -36,45 +47,88 @@ class FileRefused(Exception):
     made it so: the check scores 0 with this message as its reason (never an infrastructure error)."""
 
 
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of a shell command run inside an environment."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @runtime_checkable
 class Environment(Protocol):
+    """Everything replay, the evaluators and the dataset pipeline use of an environment."""
+
     name: str
     size: tuple[int, int]
 
     def start(self) -> None: ...
-    def reset(self, task: Task, case_dir: Path) -> None: ...
+
+    def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
+        """A fresh task: the desktop as new (nothing of the previous task survives), the network as the task
+        asks, then the task's setup steps (``apply_setup``; a file step's ``src`` is read below ``files``).
+        ``masks`` are the regions settling ignores until the next reset (a clock, a blinking cursor)."""
+        ...
+
     def execute(self, action: Action) -> float:
         """Perform one action and wait until the screen settles; return the settle time in seconds.
         Raises ActionFailed when the action cannot complete but the environment is fine, EnvError otherwise."""
         ...
 
+    def settle(self) -> float:
+        """Wait until the screen is stable (masked regions ignored); the seconds it took."""
+        ...
+
     def screenshot(self) -> np.ndarray: ...
+
     def cursor_position(self) -> tuple[int, int]: ...
+
+    def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
+        """Start an app of the task; with ``window``, wait until a window matching that regex shows."""
+        ...
+
     def read_file(self, path: str) -> bytes | None:
         """A regular file of the task; None if it does not exist; raises FileRefused for anything else."""
         ...
 
     def write_file(self, path: str, data: bytes) -> None: ...
-    def run(self, command: str, timeout: float = 30.0) -> CommandResult: ...
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        """A shell command inside the task (as the task's user); a timeout is returncode 124."""
+        ...
+
     def close(self) -> None: ...
 
 
-# name -> "module:attribute"; imported lazily so `pytest --help` never pays for a provider's deps.
-PROVIDERS: dict[str, str] = {
+# name -> "module:attribute" of a factory; imported lazily.
+PROVIDERS: dict[str, Any] = {
     "xvfb": "pytest_retrace.envs.xvfb:XvfbEnvironment",
+    "remote": "pytest_retrace.envs.remote:RemoteEnvironment",
 }
 
 
 def register_environment(name: str, target: str | Callable[..., Environment]) -> None:
-    PROVIDERS[name] = target  # type: ignore[assignment]
+    PROVIDERS[name] = target
 
 
-def create_environment(name: str, **options: Any) -> Environment:
-    try:
-        target: Any = PROVIDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(PROVIDERS))}") from None
+def provider_names() -> list[str]:
+    return sorted({*PROVIDERS, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+
+
+def environment_factory(name: str) -> Callable[..., Environment]:
+    target = PROVIDERS.get(name)
+    if target is None:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == name:
+                target = PROVIDERS[name] = ep.value
+    if target is None:
+        raise ValueError(f"unknown environment provider {name!r}; known: {', '.join(provider_names())}")
     if isinstance(target, str):
         module, _, attr = target.partition(":")
         target = getattr(importlib.import_module(module), attr)
-    return target(**options)
+    return target
+
+
+def create_environment(name: str, **options: Any) -> Environment:
+    return environment_factory(name)(**options)

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..setup_steps import GUEST_HOME
 from . import EnvError
 from .cgroups import TaskGroup
 from .guestfs import GuestFS
 
-GUEST_HOME = "/home/user"
 GUEST_USER = "user"
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
 NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads

@@ -28,19 +28,19 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import IO
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from ..actions import Action
-from ..cases import CommandStep, FileStep, LaunchStep, Task
-from ..evaluators import CommandResult
 from ..settle import Rect, SettleConfig, wait_stable
-from . import ActionFailed, EnvError
+from ..setup_steps import TaskSetup
+from . import ActionFailed, CommandResult, EnvError
 from .guestfs import MAX_READ
 from .keymap import Keymap
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
+from .setup import apply_setup
 
 NETWORK_MODES = ("none", "host")
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
@@ -89,13 +89,12 @@ class XvfbEnvironment:
     name = "xvfb"
 
     def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
-                 masks: Sequence[Rect] = (), network: str = "none", hide: Sequence[Path | str] = (),
-                 memory_limit: int = MEMORY_LIMIT) -> None:
+                 network: str = "none", hide: Sequence[Path | str] = (), memory_limit: int = MEMORY_LIMIT) -> None:
         if network not in NETWORK_MODES:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORK_MODES)}")
         self.size = (int(size[0]), int(size[1]))
         self.settle_cfg = settle or SettleConfig()
-        self.masks: Sequence[Rect] = masks  # set per case by the replay (regions ignored by settling)
+        self.masks: Sequence[Rect] = ()  # regions settling ignores: the case's, from reset()
         self.network = network  # for tasks that do not ask for the network themselves
         self.hide = tuple(Path(p) for p in hide)
         self.memory_limit = memory_limit  # bytes, for all processes of a task together
@@ -270,20 +269,17 @@ class XvfbEnvironment:
             time.sleep(0.02)
         raise EnvError("openbox did not start within 10 s")
 
-    def reset(self, task: Task, case_dir: Path) -> None:
+    def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self.root is None:
             raise EnvError("the environment is not started")
         self.kill_session()
         self._restart_display()
         assert self.sandbox is not None
         self.sandbox.start(network=task.network or self.network == "host")
+        self.masks = masks
         # the pointer outlives apps: park it so hover effects never depend on the previous case
         self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
-        for i, step in enumerate(task.setup):
-            try:
-                self._setup_step(step, case_dir)
-            except EnvError as exc:
-                raise EnvError(f"task {task.id}: setup[{i}] ({step.type}): {exc}") from None
+        apply_setup(self, task, files)
         self.settle()
 
     def close(self) -> None:
@@ -306,9 +302,9 @@ class XvfbEnvironment:
         return {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "DISPLAY": self.display,
                 "RETRACE_ENV": self.tag}
 
-    def _log(self, name: str):  # noqa: ANN202 - a file object for Popen
+    def _log(self, name: str):
         assert self.root is not None
-        return open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - Popen keeps it
+        return open(self.root / "logs" / f"{name}.log", "ab")
 
     def _tail(self, name: str, n: int = 600) -> str:
         assert self.root is not None
@@ -386,18 +382,6 @@ class XvfbEnvironment:
             err.seek(0)
             return CommandResult(code, out.read(MAX_OUTPUT).decode(errors="replace"),
                                  err.read(MAX_OUTPUT).decode(errors="replace") + note)
-
-    # -- setup steps -------------------------------------------------------------------------------
-    def _setup_step(self, step: LaunchStep | FileStep | CommandStep, case_dir: Path) -> None:
-        if isinstance(step, FileStep):
-            data = step.content.encode() if step.content is not None else (case_dir / str(step.src)).read_bytes()
-            self.write_file(step.path, data)
-        elif isinstance(step, CommandStep):
-            res = self.run(step.command, timeout=step.timeout)
-            if res.returncode != 0:
-                raise EnvError(f"`{step.command}` exited {res.returncode}: {res.stderr.strip()[-300:]}")
-        else:
-            self.launch(step.command, window=step.window, timeout=step.timeout)
 
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
         assert self.sandbox is not None

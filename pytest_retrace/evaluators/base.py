@@ -12,14 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
-
-@dataclass(frozen=True)
-class CommandResult:
-    """Outcome of a shell command run inside an environment."""
-
-    returncode: int
-    stdout: str
-    stderr: str
+from ..envs import CommandResult
 
 
 @runtime_checkable
