@@ -8,6 +8,7 @@
                                                             model comparisons; --out writes report.md + plots
     retrace build [--env NAME] [...]                         build cases from successful trajectories
     retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
+    retrace osworld check evaluation_examples/examples       per OSWorld task: supported here, or why not
 """
 
 from __future__ import annotations
@@ -181,6 +182,27 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
+    """Every OSWorld task JSON under the paths: supported, or exactly why not. Exit 0 when all are."""
+    from .build.osworld import check_task
+
+    files = sorted(f for p in map(Path, args.paths) for f in ([p] if p.is_file() else p.rglob("*.json")))
+    if not files:
+        print(f"retrace osworld check: no task JSON under {' '.join(args.paths)}", file=sys.stderr)
+        return 2
+    bad = 0
+    for path in files:
+        task_id, problems = check_task(path)
+        where = f"{path.parent.name}/{task_id}"
+        if problems:
+            bad += 1
+            print(f"NO  {where}: " + "; ".join(problems))
+        else:
+            print(f"ok  {where}")
+    print(f"{len(files) - bad} supported, {bad} not supported (of {len(files)})")
+    return 1 if bad else 0
+
+
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     from .records import RecordError
     from .session import read_records
@@ -296,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="redo this stage and every later one")
     _env_arguments(bld)
     bld.set_defaults(func=_cmd_build)
+    osw = sub.add_parser("osworld", help="OSWorld compatibility")
+    osw_sub = osw.add_subparsers(dest="osworld_command", required=True)
+    chk = osw_sub.add_parser("check", help="per OSWorld task JSON: supported here, or exactly why not")
+    chk.add_argument("paths", nargs="+", help="task JSON files or directories (evaluation_examples/examples)")
+    chk.set_defaults(func=_cmd_osworld_check)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")

@@ -354,6 +354,29 @@ def _build_task(
     return task, meta
 
 
+def check_task(path: Path) -> tuple[str, list[str]]:
+    """``retrace osworld check``: a task JSON's id and every reason it cannot be reproduced here (none: it can
+    — its setup converts to our steps and its evaluator maps onto ours)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return path.stem, [f"not a readable task JSON: {exc}"]
+    if not isinstance(data, dict):
+        return path.stem, ["not a task: the top level must be an object"]
+    task_id = str(data.get("id") or path.stem)
+    problems = []
+    if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
+        problems.append("instruction: missing or empty")
+    config = data.get("config", [])
+    if not isinstance(config, list):
+        problems.append("config: must be a list of steps")
+    else:
+        problems += [reason for _kind, reason in convert_config(config)[1]]
+    if (problem := evaluator_problem(data.get("evaluator"))) is not None:
+        problems.append(f"evaluator: {problem}")
+    return task_id, problems
+
+
 def evaluator_problem(evaluator: Any) -> str | None:
     """Why an OSWorld evaluator cannot be checked here, or None if it can."""
     if evaluator is None:
