@@ -47,6 +47,14 @@ class FileRefused(Exception):
     made it so: the check scores 0 with this message as its reason (never an infrastructure error)."""
 
 
+def check_on_screen(action: Action, size: tuple[int, int]) -> None:
+    """Every provider's first check of an action: its points lie on the screen (ActionFailed otherwise)."""
+    w, h = size
+    for x, y in ((action.x, action.y), (action.x2, action.y2)):
+        if x is not None and (x >= w or y >= h):
+            raise ActionFailed(f"{action.describe()}: ({x}, {y}) is outside the {w}x{h} screen")
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """Outcome of a shell command run inside an environment."""

@@ -63,7 +63,7 @@ import numpy as np
 from ..actions import Action
 from ..settle import Rect, SettleConfig, wait_stable
 from ..setup_steps import GUEST_HOME, TaskSetup
-from . import ActionFailed, CommandResult, EnvError, FileRefused
+from . import ActionFailed, CommandResult, EnvError, FileRefused, check_on_screen
 from .guestfs import MAX_READ
 from .remote_actions import action_program, release_program
 from .setup import apply_setup
@@ -376,10 +376,7 @@ class RemoteEnvironment:
 
     # -- input and output --------------------------------------------------------------------------
     def execute(self, action: Action) -> float:
-        w, h = self.size
-        for x, y in ((action.x, action.y), (action.x2, action.y2)):
-            if x is not None and (x >= w or y >= h):
-                raise ActionFailed(f"{action.describe()}: ({x}, {y}) is outside the {w}x{h} screen")
+        check_on_screen(action, self.size)
         if action.kind == "wait":
             time.sleep(action.seconds)
         program = action_program(action)

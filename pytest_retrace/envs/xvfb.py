@@ -36,7 +36,7 @@ import numpy as np
 from ..actions import Action
 from ..settle import Rect, SettleConfig, wait_stable
 from ..setup_steps import TaskSetup
-from . import ActionFailed, CommandResult, EnvError
+from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
 from .keymap import Keymap
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
@@ -434,10 +434,7 @@ class XvfbEnvironment:
 
     def execute(self, action: Action) -> float:
         self._check_alive()
-        w, h = self.size
-        for x, y in ((action.x, action.y), (action.x2, action.y2)):
-            if x is not None and (x >= w or y >= h):
-                raise ActionFailed(f"{action.describe()}: ({x}, {y}) is outside the {w}x{h} screen")
+        check_on_screen(action, self.size)
         if action.kind == "wait":
             time.sleep(action.seconds)
         elif action.kind == "type":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..setup_steps import show
 from .base import CheckFailed, CommandResult, EvaluatorError
 
 _SHORT = 40
@@ -12,11 +13,7 @@ _SHORT = 40
 
 def short(value: Any, limit: int = _SHORT) -> str:
     """repr() cut to ``limit`` characters, so a detail line stays one short line."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's int-to-str limit, from an untrusted file
-        return f"<a {type(value).__name__} too large to print>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return show(value, limit)
 
 
 def as_text(value: Any) -> str:
