@@ -35,6 +35,7 @@ from .actions import POINTER_KINDS, Action, ActionError, parse_action
 from .evaluators import EvaluatorError, validate_evaluator
 from .evaluators.plan import Check, Group, compile_block
 from .setup_steps import FileStep, SetupStep, Text
+from .setup_steps import one_line as _one_line
 from .setup_steps import show as _show
 from .setup_steps import text as _text
 
@@ -62,12 +63,6 @@ class CaseError(Exception):
 
 # --- field types ------------------------------------------------------------------------------------
 # The models are strict: YAML `true` is not 1, "0" is not 0, 1 is not "1". Constraints live on the types.
-
-
-def _one_line(value: str) -> str:
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise ValueError(f"must be one line without control characters, got {_show(value)}")
-    return value
 
 
 def _slug(value: str) -> str:

@@ -164,13 +164,17 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     cfg = BuildConfig(work=Path(args.work), out=Path(args.out), scripted=[Path(p) for p in args.scripted],
                       osworld=[Path(p) for p in args.osworld],
                       osworld_examples=Path(args.osworld_examples) if args.osworld_examples else None,
+                      osworld_cache=Path(args.osworld_cache) if args.osworld_cache else None,
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
                       per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
-                      perturb_agents=args.perturb_agent)
+                      perturb_agents=args.perturb_agent,
+                      **({"catalogue": Path(args.catalogue)} if args.catalogue else {}))
     env_config = _env_config(args)
     if env_config is None:
         return 2
-    hidden = _harness_files([args.work, args.out, *args.scripted, *args.osworld])
+    # the cache too: OSWorld keeps the evaluators' gold files there
+    hidden = _harness_files([args.work, args.out, *args.scripted, *args.osworld,
+                             *([args.osworld_cache] if args.osworld_cache else [])])
     envs = [env_config.create(hide=hidden) for _ in range(args.workers)]
     try:
         for env in envs:
@@ -192,7 +196,7 @@ def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     bad = 0
     for path in files:
-        task_id, problems = check_task(path)
+        task_id, problems = check_task(path, Path(args.osworld_cache) if args.osworld_cache else None)
         where = f"{path.parent.name}/{task_id}"
         if problems:
             bad += 1
@@ -257,6 +261,10 @@ def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_CACHE_HELP = ("OSWorld's cache directory (<task id>/<file>) holding the files its tasks' download / upload_file "
+               "steps fetch from URLs: nothing is downloaded here")
+
+
 def _env_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="xvfb", help="environment: a provider, a config envs/NAME.yaml or its "
                         "path (as pytest's --retrace-env; default xvfb)")
@@ -305,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                           "perturbation agent), besides the scripted catalogue")
     bld.add_argument("--osworld", action="append", default=[], help="an OSWorld results directory")
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
+    bld.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
+    bld.add_argument("--catalogue", metavar="FILE", help="the mistake catalogue (default: the shipped one, "
+                     "pytest_retrace/build/perturbations.yaml); entries apply to the domains they name")
     bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")
     bld.add_argument("--out", default="cases", help="where the final case files are written (replaced)")
     bld.add_argument("--replays", type=int, default=3, help="N for transition-consistent filtering")
@@ -322,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     osw_sub = osw.add_subparsers(dest="osworld_command", required=True)
     chk = osw_sub.add_parser("check", help="per OSWorld task JSON: supported here, or exactly why not")
     chk.add_argument("paths", nargs="+", help="task JSON files or directories (evaluation_examples/examples)")
+    chk.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
     chk.set_defaults(func=_cmd_osworld_check)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
     summ.add_argument("results", nargs="+")

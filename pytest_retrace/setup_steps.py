@@ -1,4 +1,5 @@
-"""Setup steps: how a task's initial state is made (launch an app, write a file, run a command).
+"""Setup steps: how a task's initial state is made (launch an app, write a file, run a command, bring a
+window to the front).
 
 The bottom layer, with actions: the case schema (cases.py) embeds these models, and every environment
 provider is reset with a list of them, interpreted once over the Environment protocol (envs/setup.py), so a
@@ -36,7 +37,14 @@ def text(value: str) -> str:
     return value
 
 
+def one_line(value: str) -> str:
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError(f"must be one line without control characters, got {show(value)}")
+    return value
+
+
 Text = Annotated[str, AfterValidator(text)]
+Line = Annotated[str, AfterValidator(text), AfterValidator(one_line)]
 Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
 
 
@@ -111,7 +119,20 @@ class CommandStep(_Model):
     timeout: Timeout = 30.0
 
 
-SetupStep = Annotated[LaunchStep | FileStep | CommandStep, Field(discriminator="type")]
+class ActivateStep(_Model):
+    """Bring a window to the front (OSWorld's ``activate_window``): the first visible window whose title — or,
+    with `by_class`, WM_CLASS as ``instance.Class`` — contains `window` (ignoring case), or equals it with
+    `exact`. Waits up to `timeout` seconds for such a window to show; none is an error."""
+
+    type: Literal["activate"]
+    window: Line  # titles and classes are one line
+    exact: bool = False
+    by_class: bool = False
+    timeout: Timeout = 30.0
+
+
+AnyStep = LaunchStep | FileStep | CommandStep | ActivateStep
+SetupStep = Annotated[AnyStep, Field(discriminator="type")]
 
 
 class TaskSetup(Protocol):
@@ -121,7 +142,7 @@ class TaskSetup(Protocol):
     def id(self) -> str: ...
 
     @property
-    def setup(self) -> Sequence[LaunchStep | FileStep | CommandStep]: ...
+    def setup(self) -> Sequence[AnyStep]: ...
 
     @property
     def network(self) -> bool: ...

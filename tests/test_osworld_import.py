@@ -314,13 +314,13 @@ def test_evaluator_with_postconfig_is_unsupported(dirs: tuple[Path, Path]) -> No
 def test_unsupported_config_is_dropped_or_skipped(dirs: tuple[Path, Path]) -> None:
     results, examples = dirs
     write_run(results, "os", "t1", GOOD)
-    download = {"files": [{"url": "https://example.invalid/a", "path": "/tmp/a"}]}
-    config = [{"type": "download", "parameters": download},
+    tabs = {"urls_to_open": ["https://example.invalid/a"]}
+    config = [{"type": "chrome_open_tabs", "parameters": tabs},
               {"type": "launch", "parameters": {"command": ["mousepad"]}}]
     write_example(examples, "os", "t1", config=config)
-    assert one_drop(results, examples) == "config step type download not supported"
+    assert one_drop(results, examples) == "config step type chrome_open_tabs not supported"
     [traj], _ = import_osworld(results, examples, keep_unsupported=True)
-    assert traj.metadata["unsupported_config"] == ["download"]
+    assert traj.metadata["unsupported_config"] == ["chrome_open_tabs"]
     assert [s.type for s in traj.task.setup] == ["launch"]
     assert traj.metadata["evaluator_supported"] is True
 
@@ -436,7 +436,7 @@ def test_osworld_check_says_per_task_whether_it_is_supported_and_why_not(
     out = capsys.readouterr().out.splitlines()
     assert "ok  os/good" in out
     [upload] = [line for line in out if line.startswith("NO  os/upload")]
-    assert "config step type upload_file not supported" in upload
+    assert "config step 0 (upload_file): files must be a non-empty list" in upload  # tests/test_osworld_setup.py
     [calc] = [line for line in out if line.startswith("NO  libreoffice_calc/calc")]
     assert "evaluator: " in calc
     [broken] = [line for line in out if line.startswith("NO  os/broken")]

@@ -31,9 +31,10 @@ import numpy as np
 import yaml
 
 from ..actions import Action, parse_action
-from ..cases import load_png
+from ..cases import Task, load_png
 from ..envs import EnvError, Environment
 from ..evaluators import evaluate
+from ..setup_steps import FileStep
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
 from .verify import Rejected, measured_kind, verify_candidate
 
@@ -114,6 +115,7 @@ class BuildConfig:
     scripted: list[Path] = field(default_factory=list)
     osworld: list[Path] = field(default_factory=list)
     osworld_examples: Path | None = None
+    osworld_cache: Path | None = None  # OSWorld's cache dir (<task_id>/<file>): files its tasks download
     agents: list[str] = field(default_factory=list)  # model configs rolled out on the scripted tasks
     perturb_agents: list[str] = field(default_factory=list)  # model configs making mistakes (besides the catalogue)
     agent_dirs: list[Path] = field(default_factory=lambda: [Path("agents")])
@@ -138,6 +140,21 @@ def _save_png(arr: np.ndarray, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(arr).save(path, optimize=True)
+
+
+def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path) -> Task:
+    """`task` with the files its setup writes copied into the case's own directory (``<case>/setup/``): a case
+    is read relative to its YAML, and must not depend on the rollout or OSWorld cache it was built from."""
+    steps = []
+    for i, step in enumerate(task.setup):
+        if isinstance(step, FileStep) and step.src is not None:
+            source = base_dir / step.src  # absolute for an imported OSWorld upload
+            copy = case_dir / "setup" / f"{i}-{Path(step.src).name}"
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+            step = step.model_copy(update={"src": copy.relative_to(domain_dir).as_posix()})
+        steps.append(step)
+    return task.model_copy(update={"setup": steps})
 
 
 class Builder:
@@ -194,7 +211,7 @@ class Builder:
         for root in self.cfg.osworld:
             from .osworld import import_osworld
 
-            trajs, drops = import_osworld(root, self.cfg.osworld_examples)
+            trajs, drops = import_osworld(root, self.cfg.osworld_examples, cache_dir=self.cfg.osworld_cache)
             kept += trajs
             dropped += drops
         for d in dropped:
@@ -421,9 +438,10 @@ class Builder:
             "visual-only": "the remaining gt actions still succeed but the screen differs: only R_O can catch it",
             "subtle": "the error shows on screen, but too little for SSIM (>= threshold): only R_TC catches it",
         }[cand["kind"]]
+        task = _with_own_files(traj.task, traj.base_dir, domain_dir, case_dir)
         doc = {
             "id": cand["id"],
-            "task": traj.task.model_dump(mode="json", exclude_defaults=True),
+            "task": task.model_dump(mode="json", exclude_defaults=True),
             "trajectory": [s.action.to_dict() for s in traj.steps],
             "t_seed": cand["t_seed"],
             "perturbation": cand["actions"],

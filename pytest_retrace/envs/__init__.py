@@ -113,6 +113,7 @@ class Environment(Protocol):
 PROVIDERS: dict[str, Any] = {
     "xvfb": "pytest_retrace.envs.xvfb:XvfbEnvironment",
     "remote": "pytest_retrace.envs.remote:RemoteEnvironment",
+    "docker": "pytest_retrace.envs.docker:DockerEnvironment",
 }
 
 

@@ -263,9 +263,13 @@ class RemoteEnvironment:
                            f"worker (-n {len(self.urls)} at most)")
         if index >= len(self.urls):
             raise EnvError(f"worker gw{index} has no guest: only {len(self.urls)} URL(s) in the pool")
-        self.url = self.urls[index]
-        token = os.environ.get(self.token_env) if self.token_env else None
-        self._client = _Client(self.url, token, self.timeout)
+        self.attach(self.urls[index], os.environ.get(self.token_env) if self.token_env else None)
+
+    def attach(self, url: str, token: str | None) -> None:
+        """Use the guest at `url`: its screen must be the cases' size and its Python must have pyautogui.
+        start() takes the worker's URL of the pool; the docker provider attaches to each container it starts."""
+        self.url = url
+        self._client = _Client(url, token, self.timeout)
         width, height = self._screen_size()
         if (width, height) != self.size:
             raise EnvError(f"{self.url}: the guest's screen is {width}x{height}, the cases need "

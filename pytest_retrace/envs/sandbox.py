@@ -37,9 +37,9 @@ from typing import Any
 from ..setup_steps import GUEST_HOME
 from . import EnvError
 from .cgroups import TaskGroup
+from .desktop import GUEST_USER, task_environment
 from .guestfs import GuestFS
 
-GUEST_USER = "user"
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
 NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads
 MEMORY_LIMIT = 4 << 30  # of all a task's processes together (cgroups.py); LibreOffice needs ~0.5 GiB
@@ -115,20 +115,9 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
-        home = self.guest_home
         user = GUEST_USER if self.enabled else pwd.getpwuid(os.getuid()).pw_name
         runtime = "/tmp/.runtime-user" if self.enabled else str(self.tmp / ".runtime-user")
-        return {
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": self.display, "HOME": home,
-            "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
-            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
-            "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
-            "XDG_CACHE_HOME": f"{home}/.cache", "XDG_RUNTIME_DIR": runtime,
-            # no session bus: apps fall back to single-instance-less mode, nothing outlives a reset
-            "DBUS_SESSION_BUS_ADDRESS": "disabled:", "NO_AT_BRIDGE": "1", "GTK_A11Y": "none",
-            "GSETTINGS_BACKEND": "keyfile", "GTK_OVERLAY_SCROLLING": "0",
-            "XDG_SESSION_TYPE": "x11", "RETRACE_TASK": str(self.root),  # lets a leak check find strays
-        }
+        return task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, *, network: bool) -> None:

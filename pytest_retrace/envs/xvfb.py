@@ -38,23 +38,13 @@ from ..settle import Rect, SettleConfig, wait_stable
 from ..setup_steps import TaskSetup
 from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
+from .desktop import DESKTOP_MENU, OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
 from .setup import apply_setup
 
 NETWORK_MODES = ("none", "host")
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
-_TEMPLATE = Path(__file__).with_name("home-template")
-_OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
-# The desktop's application menu (right-click on the desktop), as on any real desktop: without it an
-# agent that closed the task's only window could never reopen it. Same arguments as the suite's tasks
-# use, so a reopened app looks like the one the task started.
-DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Terminal", ("xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white", "-fg", "black")),
-    ("Text Editor", ("mousepad",)),
-    ("Spreadsheet", ("gnumeric",)),
-)
-
 # pyautogui key names -> X keysyms understood by xdotool
 _KEYSYMS = {
     "enter": "Return", "esc": "Escape", "tab": "Tab", "space": "space", "backspace": "BackSpace",
@@ -124,7 +114,7 @@ class XvfbEnvironment:
                           f"not {GUEST_HOME}; recorded screens that show paths will not match, and an agent can "
                           f"reach everything this user can", RuntimeWarning, stacklevel=2)
         self._claim_display()
-        self.sandbox = Sandbox(self.root, self.display, _TEMPLATE, hide=self.hide, enabled=why is None,
+        self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, enabled=why is None,
                                memory=self.memory_limit)
         self._start_wm()
         self._connect()
@@ -174,7 +164,7 @@ class XvfbEnvironment:
         wm_env = {**self._host_env(), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
                   "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
         self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
-            ["openbox", "--config-file", str(_OPENBOX_RC)], env=wm_env,
+            ["openbox", "--config-file", str(OPENBOX_RC)], env=wm_env,
             stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
         )
         self._wait_for_wm()
@@ -182,18 +172,12 @@ class XvfbEnvironment:
     def _write_menu(self, path: Path) -> None:
         """The root menu, whose entries start apps through a launcher that makes them part of the current
         task (in its sandbox, with its environment), exactly like a setup launch step."""
-        from xml.sax.saxutils import escape, quoteattr
-
         assert self.root is not None and self.sandbox is not None
         launcher = self.root / "bin" / "retrace-launch"
         launcher.parent.mkdir()
         self.sandbox.write_launcher(launcher, log=self.root / "logs" / "menu.log")
-        items = "".join(f'<item label={quoteattr(label)}><action name="Execute"><command>'
-                        f"{escape(shlex.join([str(launcher), *argv]))}</command></action></item>"
-                        for label, argv in DESKTOP_MENU)
         path.parent.mkdir(parents=True)
-        path.write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n<openbox_menu xmlns="http://openbox.org/3.4/menu">'
-                        f'<menu id="root-menu" label="Applications">{items}</menu></openbox_menu>\n')
+        path.write_text(menu_xml([str(launcher)]))
 
     def _claim_display(self) -> None:
         """Xvfb on the first display number no other server (of ours or anyone's) holds.
@@ -225,12 +209,9 @@ class XvfbEnvironment:
         raise EnvError(f"no free X display number in {_FIRST_DISPLAY}..{_FIRST_DISPLAY + 999}")
 
     def _launch_xvfb(self, number: int) -> None:
-        w, h = self.size
         read_fd, write_fd = os.pipe()
         self._xvfb = subprocess.Popen(
-            ["Xvfb", f":{number}", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24",
-             "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST",
-             "-noreset"],
+            xvfb_argv(number, self.size, write_fd),
             pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
             preexec_fn=die_with_parent,

@@ -68,6 +68,11 @@ class GuestConfig:
     max_output: int = MAX_OUTPUT
     display: str | None = None  # default: $DISPLAY
     env: dict[str, str] | None = None  # of commands and apps; default: this process's environment
+    # (uid, gid) every command and app runs as, when the server itself is root (the desktop image: the agent's
+    # processes must not be able to kill the server or the X server, or its own case would become an
+    # infrastructure error). Files the API writes are given to that user too. None: as the server.
+    run_as: tuple[int, int] | None = None
+    nproc_limit: int | None = None  # RLIMIT_NPROC of run_as's processes: a fork bomb stops at its own desk
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -191,6 +196,28 @@ class Guest:
         return real
 
     # commands
+    def _as_user(self) -> dict[str, Any]:
+        """Popen's arguments that start a process as ``config.run_as``: no supplementary groups, the process
+        limit, and the OOM killer's first choice (raising one's own score needs no privilege), so that a task
+        that eats the container's memory loses its own processes, not the desktop's."""
+        if self.config.run_as is None:
+            return {}
+        uid, gid = self.config.run_as
+        nproc = self.config.nproc_limit
+
+        def drop() -> None:  # in the child, in this order: the score and limit need root, then become the user
+            with open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write("1000")
+            if nproc is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+        return {"preexec_fn": drop}
+
     def run(self, command: list[str] | str, shell: bool, timeout: float) -> dict[str, Any]:
         """OSWorld's /execute result; output goes to files, not pipes, so a command that leaves a process
         behind (``app &``) does not hold the request open until the timeout."""
@@ -198,7 +225,7 @@ class Guest:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
                 proc = subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        cwd=self.home, env=self.env, start_new_session=True)
+                                        cwd=self.home, env=self.env, start_new_session=True, **self._as_user())
             except OSError as exc:
                 raise _bad(400, f"cannot run {_show(command)}: {exc.strerror or exc}") from None
             try:
@@ -214,7 +241,8 @@ class Guest:
     def launch(self, command: list[str] | str, shell: bool) -> str:
         try:
             proc = subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, cwd=self.home, env=self.env, start_new_session=True)
+                                    stderr=subprocess.DEVNULL, cwd=self.home, env=self.env, start_new_session=True,
+                                    **self._as_user())
         except OSError as exc:
             raise _bad(400, f"cannot launch {_show(command)}: {exc.strerror or exc}") from None
         threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()  # no zombies
@@ -264,7 +292,7 @@ class Guest:
         if real in self.roots:
             raise _bad(422, f"{path} is a directory, not a file")
         try:
-            os.makedirs(os.path.dirname(real), exist_ok=True)
+            self._makedirs(os.path.dirname(real))
             # O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of hanging the request
             fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -274,12 +302,26 @@ class Guest:
             if not stat.S_ISREG(info.st_mode):
                 raise _bad(422, f"cannot write {path}: not a regular file")
             os.set_blocking(fd, True)
+            if self.config.run_as is not None:
+                os.fchown(fd, *self.config.run_as)
             fh.truncate(0)
             written = 0
             while chunk := source.read(1024 * 1024):
                 fh.write(chunk)
                 written += len(chunk)
         return written
+
+    def _makedirs(self, path: str) -> None:
+        """os.makedirs, each new directory given to ``config.run_as`` (the task must be able to use them)."""
+        if os.path.isdir(path):
+            return
+        self._makedirs(os.path.dirname(path))
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            return  # made by a concurrent request
+        if self.config.run_as is not None:
+            os.chown(path, *self.config.run_as, follow_symlinks=False)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,69 @@
+"""What a task's desktop is, in every provider that builds one itself (xvfb here, docker in its container):
+the X server's arguments, the window manager's configuration and menu, the home template, the environment of
+every process of a task. One definition, because a screenshot depends on all of it: a container whose desktop
+differed in DPI, a menu entry or one variable would give other pixels than the desktop the cases were recorded
+on, and so other verdicts.
+
+Standard library only: the container's boot (guest/container.py) imports it without numpy or the SDKs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+from ..setup_steps import GUEST_HOME
+
+GUEST_USER = "user"
+TEMPLATE = Path(__file__).with_name("home-template")
+OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
+# The desktop's application menu (right-click on the desktop), as on any real desktop: without it an
+# agent that closed the task's only window could never reopen it. Same arguments as the suite's tasks
+# use, so a reopened app looks like the one the task started.
+DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Terminal", ("xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white", "-fg", "black")),
+    ("Text Editor", ("mousepad",)),
+    ("Spreadsheet", ("gnumeric",)),
+)
+
+
+def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:
+    """Xvfb on display `number`, writing that number to `ready_fd` once it accepts connections.
+
+    Its socket file is its only listener (no TCP, no abstract socket, which any process of the network
+    namespace could reach); no cursor is drawn, 96 DPI, XTest for input; ``-noreset``: by default the server
+    resets when its last client disconnects, and a connection arriving during that reset fails (measured:
+    openbox then exited with "Failed to open the display" in 13 of 360 starts)."""
+    w, h = size
+    return ["Xvfb", f":{number}", "-displayfd", str(ready_fd), "-screen", "0", f"{w}x{h}x24",
+            "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST", "-noreset"]
+
+
+def task_environment(display: str, home: str = GUEST_HOME, user: str = GUEST_USER,
+                     runtime: str = "/tmp/.runtime-user", tag: str = "") -> dict[str, str]:
+    """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": display, "HOME": home,
+        "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_CACHE_HOME": f"{home}/.cache", "XDG_RUNTIME_DIR": runtime,
+        # no session bus: apps fall back to single-instance-less mode, nothing outlives a reset
+        "DBUS_SESSION_BUS_ADDRESS": "disabled:", "NO_AT_BRIDGE": "1", "GTK_A11Y": "none",
+        "GSETTINGS_BACKEND": "keyfile", "GTK_OVERLAY_SCROLLING": "0",
+        "XDG_SESSION_TYPE": "x11",
+    }
+    if tag:
+        env["RETRACE_TASK"] = tag  # lets a leak check find strays
+    return env
+
+
+def menu_xml(launcher: Sequence[str]) -> str:
+    """openbox's root menu: each entry runs ``launcher + argv`` (the launcher makes the app part of the task)."""
+    items = "".join(f'<item label={quoteattr(label)}><action name="Execute"><command>'
+                    f"{escape(shlex.join([*launcher, *argv]))}</command></action></item>"
+                    for label, argv in DESKTOP_MENU)
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<openbox_menu xmlns="http://openbox.org/3.4/menu">'
+            f'<menu id="root-menu" label="Applications">{items}</menu></openbox_menu>\n')

@@ -1,0 +1,318 @@
+"""The ``docker`` environment: each case on a fresh container of the desktop image, through the docker SDK.
+
+- **The image** is built on the engine from the recipe in the repository (envs/image.py: an mmdebstrap root
+  filesystem, ``docker import``, then this package and the home template), once, and reused while the recipe
+  and the source are unchanged. Inside, ``guest/container.py`` builds the same desktop as the xvfb provider
+  (envs/desktop.py) and serves it with ``retrace guest``; this provider talks to it exactly as the remote
+  provider talks to an OSWorld VM (it *is* a RemoteEnvironment per container: pyautogui through /execute,
+  screenshots, files), so both paths are the same code.
+- **Reset recreates the container** from the image: nothing of the previous case can survive (files, processes,
+  X server state, anything the agent changed anywhere in the container's file system). Measured cost in
+  benchmarks/bench_docker.py.
+- **One container per worker** at a time, on the worker's engine: ``hosts`` is a list of engines
+  (``unix:///var/run/docker.sock``, ``tcp://10.0.0.5:2376``, ``ssh://user@host``), worker ``gwN`` uses
+  ``hosts[N % len(hosts)]``; without it, ``DOCKER_HOST`` (and ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``) or
+  the local socket, as the docker CLI.
+- **Limits**: memory, CPUs and process count per container; every capability dropped but the five the guest
+  needs to run the task as its unprivileged user; ``no-new-privileges``.
+- **Network**: a task without network is on an ``internal`` docker network (no route out; measured: a connect
+  to an outside address times out) and reached at its container address, which only the engine's own machine
+  can reach. On a remote engine the guest's port is published instead, which needs a non-internal network: a
+  remote engine's containers have the network of its default bridge (docs/environments.md).
+- **Cleanup**: every container is labelled ``pytest-retrace=desktop`` with its owner (host and pid) and run
+  id, created with auto-remove, and removed at every reset and close. If the worker dies without closing
+  (SIGKILL, a crash), the container still goes: it is created with stdin open and attached once, so when the
+  worker's connection drops the engine closes the container's stdin and its entry point exits. Leftovers of
+  dead owners on this machine are removed at the next start.
+
+Options (``--retrace-env-option KEY=VALUE`` or ``envs/NAME.yaml``): ``image`` (a prebuilt desktop image, not
+built here), ``hosts``, ``memory`` (``"4g"`` or bytes), ``cpus``, ``pids_limit``, ``timeout`` (seconds one
+request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import time
+import urllib.parse
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..actions import Action
+from ..settle import Rect, SettleConfig
+from ..setup_steps import TaskSetup
+from . import CommandResult, EnvError
+from .remote import RemoteEnvironment, worker_index
+
+LABEL = "pytest-retrace"
+GUEST_PORT = 5000
+GUEST_PYTHON = "/opt/retrace/bin/python"
+TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"  # guest/container.py
+NETWORKS = {"none": "pytest-retrace-isolated", "host": "pytest-retrace-open"}
+# What the guest (root in the container) needs to run the task as `user` and serve its files; nothing else.
+CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
+
+
+def parse_hosts(hosts: str | Sequence[str] | None) -> list[str]:
+    if hosts is None or hosts == "":
+        return []
+    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
+    out = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"hosts: engine URLs (unix://, tcp://, ssh://), got {item!r}")
+        url = item.strip()
+        if urllib.parse.urlsplit(url).scheme not in ("unix", "tcp", "ssh", "http", "https", "npipe"):
+            raise ValueError(f"hosts: {url!r} is not an engine URL (unix:///var/run/docker.sock, tcp://HOST:2376, "
+                             "ssh://USER@HOST)")
+        out.append(url)
+    return out
+
+
+def _memory(value: int | str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"memory: bytes or a size like 4g, got {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower()
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    try:
+        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+    except (ValueError, IndexError):
+        raise ValueError(f"memory: bytes or a size like 4g, got {value!r}") from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DockerEnvironment:
+    name = "docker"
+
+    def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
+                 network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
+                 hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
+                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0) -> None:
+        if network not in NETWORKS:
+            raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORKS)}")
+        self.size = (int(size[0]), int(size[1]))
+        self.settle_cfg = settle or SettleConfig()
+        self.network = network
+        self.hide = tuple(hide)  # nothing of this machine is in the container to hide
+        self.image = image
+        self.hosts = parse_hosts(hosts)
+        self.memory = _memory(memory)
+        if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus <= 0:
+            raise ValueError(f"cpus: a positive number, got {cpus!r}")
+        self.cpus = float(cpus)
+        if isinstance(pids_limit, bool) or not isinstance(pids_limit, int) or pids_limit < 64:
+            raise ValueError(f"pids_limit: an integer of at least 64, got {pids_limit!r}")
+        self.pids_limit = pids_limit
+        for key, value in (("timeout", timeout), ("ready_timeout", ready_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{key}: a positive number of seconds, got {value!r}")
+        self.timeout = float(timeout)
+        self.ready_timeout = float(ready_timeout)
+        self.masks: Sequence[Rect] = ()
+        self.engine = ""
+        self._client: Any = None
+        self._container: str | None = None  # id of the current case's container
+        self._stdin: Any = None  # the attached stdin whose closing ends the container
+        self._guest: RemoteEnvironment | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            import docker
+        except ImportError:
+            raise EnvError("the docker provider needs the docker SDK: pip install 'pytest-retrace[docker]'") from None
+        host = self.hosts[worker_index() % len(self.hosts)] if self.hosts else os.environ.get("DOCKER_HOST", "")
+        self.engine = host or "local"
+        try:
+            environment = {**os.environ, "DOCKER_HOST": host} if host else None
+            self._client = docker.from_env(environment=environment, timeout=120)
+            self._client.ping()
+        except Exception as exc:  # noqa: BLE001 - the SDK raises DockerException, requests' and socket errors
+            raise EnvError(f"docker engine {self.engine}: cannot connect: {exc}") from None
+        self._remove_leftovers()
+        if self.image is None:
+            from .image import ensure_image
+
+            self.image = ensure_image(self._client, self.engine)
+        else:
+            import docker.errors
+
+            try:
+                self._client.images.get(self.image)
+            except docker.errors.ImageNotFound:
+                raise EnvError(f"docker engine {self.engine}: no image {self.image!r}") from None
+        for mode, name in NETWORKS.items():
+            self._network(name, internal=mode == "none")
+
+    @property
+    def _remote_engine(self) -> bool:
+        return urllib.parse.urlsplit(self.engine).scheme in ("tcp", "ssh", "http", "https")
+
+    def _network(self, name: str, internal: bool) -> None:
+        import docker.errors
+
+        if self._client.networks.list(names=[name]):
+            return
+        with contextlib.suppress(docker.errors.APIError):  # 409: another worker made it in between
+            self._client.networks.create(name, driver="bridge", internal=internal, labels={LABEL: "network"})
+
+    def _remove_leftovers(self) -> None:
+        """Containers of owners that died on this machine without closing (stdin-once normally ends them)."""
+        me = socket.gethostname()
+        for container in self._client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"}):
+            owner_host, _, pid = container.labels.get(f"{LABEL}.owner", "").rpartition(":")
+            if owner_host == me and pid.isdigit() and not _pid_alive(int(pid)):
+                with contextlib.suppress(Exception):  # already going (auto-remove)
+                    container.remove(force=True)
+
+    def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
+        if self._client is None:
+            raise EnvError("the environment is not started")
+        self._remove_container()
+        network = "host" if task.network or self.network == "host" else "none"
+        url, token = self._new_container(network)
+        guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[url], timeout=self.timeout,
+                                  python=GUEST_PYTHON)
+        guest.attach(url, token)
+        self._guest = guest
+        self.masks = masks
+        guest.reset(task, files, masks)
+
+    def _new_container(self, network: str) -> tuple[str, str]:
+        """Create, attach and start a container; wait until its guest serves. (url, token)."""
+        api = self._client.api
+        token = secrets.token_hex(24)
+        remote = self._remote_engine
+        net = NETWORKS["host" if remote else network]
+        host_config = api.create_host_config(
+            auto_remove=True, mem_limit=self.memory, memswap_limit=self.memory, nano_cpus=int(self.cpus * 1e9),
+            pids_limit=self.pids_limit, cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],
+            network_mode=net, shm_size=256 << 20, init=False,
+            port_bindings={GUEST_PORT: ("0.0.0.0", None)} if remote else None)  # noqa: S104 - remote engines: token-guarded
+        w, h = self.size
+        created = api.create_container(
+            self.image, ["--size", f"{w}x{h}", "--exit-on-stdin-eof"], stdin_open=True, detach=False, tty=False,
+            environment={TOKEN_VARIABLE: token}, host_config=host_config, ports=[GUEST_PORT] if remote else None,
+            labels={LABEL: "desktop", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
+                    f"{LABEL}.run": _RUN_ID, f"{LABEL}.worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
+        self._container = created["Id"]
+        # attached before start: when this socket closes (close(), or this process dying), stdin closes (StdinOnce)
+        self._stdin = api.attach_socket(self._container, params={"stdin": 1, "stream": 1})
+        api.start(self._container)
+        info = api.inspect_container(self._container)
+        if remote:
+            binding = (info["NetworkSettings"]["Ports"].get(f"{GUEST_PORT}/tcp") or [{}])[0]
+            address, port = urllib.parse.urlsplit(self.engine).hostname or "localhost", binding.get("HostPort")
+        else:
+            address, port = info["NetworkSettings"]["Networks"][net]["IPAddress"], GUEST_PORT
+        url = f"http://{address}:{port}"
+        self._wait_ready(url)
+        return url, token
+
+    def _wait_ready(self, url: str) -> None:
+        import urllib.error
+        import urllib.request
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            try:
+                with opener.open(url + "/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            state = self._state()
+            if state not in ("running", "created"):
+                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs()}")
+            if time.monotonic() > deadline:
+                raise EnvError(f"docker: the desktop container did not serve within {self.ready_timeout:g} s: "
+                               f"{self._logs()}")
+            time.sleep(0.05)
+
+    def _state(self) -> str:
+        try:
+            return self._client.api.inspect_container(self._container)["State"]["Status"]
+        except Exception:  # noqa: BLE001 - gone (auto-removed) or the engine failed
+            return "removed"
+
+    def _logs(self) -> str:
+        try:
+            return self._client.api.logs(self._container, tail=30).decode(errors="replace").strip()[-1500:]
+        except Exception:  # noqa: BLE001 - removed already: nothing to show
+            return "(no logs: the container is gone)"
+
+    def _remove_container(self) -> None:
+        self._guest = None
+        stdin, self._stdin = self._stdin, None
+        container, self._container = self._container, None
+        if container is not None:
+            with contextlib.suppress(Exception):  # already gone: auto-remove, or its stdin closed it
+                self._client.api.remove_container(container, force=True)
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            self._remove_container()
+        finally:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
+
+    # -- the protocol, through the container's guest -------------------------------------------------
+    @property
+    def guest(self) -> RemoteEnvironment:
+        if self._guest is None:
+            raise EnvError("no container: reset first")
+        return self._guest
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container
+
+    def execute(self, action: Action) -> float:
+        return self.guest.execute(action)
+
+    def settle(self) -> float:
+        return self.guest.settle()
+
+    def screenshot(self) -> np.ndarray:
+        return self.guest.screenshot()
+
+    def cursor_position(self) -> tuple[int, int]:
+        return self.guest.cursor_position()
+
+    def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
+        self.guest.launch(command, window, timeout)
+
+    def read_file(self, path: str) -> bytes | None:
+        return self.guest.read_file(path)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.guest.write_file(path, data)
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        return self.guest.run(command, timeout)

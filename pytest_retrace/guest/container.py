@@ -1,0 +1,107 @@
+"""The desktop image's entry point (``python -m pytest_retrace.guest.container``): the task's desktop exactly
+as the xvfb provider builds it (envs/desktop.py: the same Xvfb arguments, openbox configuration, menu, home
+template and task environment), then ``retrace guest`` serving it on port 5000 to the docker provider.
+
+The container *is* the task's sandbox: one container per case, recreated from the image at every reset, so
+nothing here restarts or cleans anything. Xvfb, openbox and the server run as the container's root; every
+command, app and action of the task runs as the unprivileged ``user`` (uid 1000), as in the xvfb provider's
+sandbox: the agent cannot kill the server or the X server and so turn its own failure into an infrastructure
+error. The container's capabilities, memory and process count are limited by the provider (envs/docker.py).
+
+``--exit-on-stdin-eof``: the docker provider creates the container with stdin open and attached once
+(``StdinOnce``); when the worker that owns it goes away, however it ends (SIGKILL included), the engine
+closes stdin, this process exits, and the container (created with auto-remove) is gone. Without the flag a
+container started by hand (``docker run`` with no ``-i``) would see EOF at once and stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..envs.desktop import OPENBOX_RC, menu_xml, task_environment, xvfb_argv
+from ..setup_steps import GUEST_HOME
+from .server import GuestConfig, GuestError, read_token, serve
+
+DISPLAY_NUMBER = 0
+PORT = 5000
+TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"
+WM_HOME = Path("/root")  # the window manager's own home: the task's stays as the template made it
+TASK_USER = (1000, 1000)  # the image's `user` (envs/image.py)
+NPROC_LIMIT = 2048  # processes and threads of the task's user, as envs/sandbox.py
+# How a menu entry starts an app as the task's user (util-linux), first in the OOM killer's line
+AS_USER = ["prlimit", f"--nproc={NPROC_LIMIT}", "--", "setpriv", f"--reuid={TASK_USER[0]}",
+           f"--regid={TASK_USER[1]}", "--clear-groups", "--", "choom", "-n", "1000", "--"]
+
+
+def _start_xvfb(size: tuple[int, int]) -> subprocess.Popen[bytes]:
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(xvfb_argv(DISPLAY_NUMBER, size, write_fd), pass_fds=[write_fd],
+                            stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        if not pipe.readline().strip():  # blocks until Xvfb accepts connections, or EOF when it exited
+            raise SystemExit(f"retrace container: Xvfb exited with {proc.wait()}")
+    return proc
+
+
+def _start_openbox(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    menu = WM_HOME / ".config" / "openbox" / "menu.xml"
+    menu.parent.mkdir(parents=True, exist_ok=True)
+    # a menu entry runs the app with the task's environment, as a setup launch step does
+    menu.write_text(menu_xml([*AS_USER, "env", "-i", *(f"{k}={v}" for k, v in env.items())]))
+    wm_env = {**env, "HOME": str(WM_HOME), "XDG_CONFIG_HOME": str(WM_HOME / ".config"),
+              "XDG_CACHE_HOME": str(WM_HOME / ".cache"), "XDG_DATA_HOME": str(WM_HOME / ".local/share")}
+    proc = subprocess.Popen(["openbox", "--config-file", str(OPENBOX_RC)], env=wm_env, cwd=WM_HOME,
+                            stdout=sys.stderr, stderr=sys.stderr)
+    deadline = time.monotonic() + 20
+    while "window id" not in subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=env,
+                                            capture_output=True, text=True, check=False).stdout:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("retrace container: openbox did not start")
+        time.sleep(0.02)
+    return proc
+
+
+def _exit_on_stdin_eof() -> None:
+    def watch() -> None:
+        while os.read(0, 65536):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn shuts down; tini then ends every other process
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_retrace.guest.container")
+    parser.add_argument("--size", default="1280x800", help="the screen, WxH")
+    parser.add_argument("--exit-on-stdin-eof", action="store_true")
+    args = parser.parse_args(argv)
+    width, _, height = args.size.partition("x")
+    size = (int(width), int(height))
+    env = task_environment(f":{DISPLAY_NUMBER}", GUEST_HOME)
+    runtime = Path(env["XDG_RUNTIME_DIR"])
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    os.chown(runtime, *TASK_USER)
+    _start_xvfb(size)
+    _start_openbox(env)
+    if args.exit_on_stdin_eof:
+        _exit_on_stdin_eof()
+    try:
+        token = read_token(TOKEN_VARIABLE)
+        config = GuestConfig(home=Path(GUEST_HOME), token=token, display=env["DISPLAY"], env=env, run_as=TASK_USER,
+                             nproc_limit=NPROC_LIMIT)
+        return serve(config, host="0.0.0.0", port=PORT)  # noqa: S104 - the container's own interface, token required
+    except GuestError as exc:
+        print(f"retrace container: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
