@@ -8,8 +8,8 @@ measurements alternating between the providers so that a change in the machine's
 - reset: --resets resets of each to a realistic task (a built-in case's setup: files, an app and its
   window), as replay does them; median, min and max seconds, and the ratio docker / xvfb;
 - action: --actions ``move`` actions alternating between two points, each ``execute`` to a settled screen;
-  median seconds per action, and the part before settling (docker sends each action as a pyautogui program
-  to the guest's /execute, xvfb runs xdotool here) next to the settle wait (docker polls screenshots over
+  median seconds per action, and the part before settling (docker sends the xvfb provider's xdotool commands
+  to the guest's /execute, xvfb runs them here) next to the settle wait (docker polls screenshots over
   HTTP, xvfb grabs them from the X server);
 - case: the full replay (replay.run_case) of --cases built-in cases with the ``oracle`` baseline, as
   ``pytest --retrace-model=oracle`` runs them; seconds per case and of them in resets (the oracle resets
@@ -34,14 +34,14 @@ from pytest_retrace.actions import Action
 from pytest_retrace.agents import create_agent, load_model_config
 from pytest_retrace.cases import RecoveryCase, load_case
 from pytest_retrace.envs import Environment, create_environment
+from pytest_retrace.envs.docker import GUEST_PYTHON
 from pytest_retrace.replay import RecoveryResult, ReplayOptions, run_case
 from pytest_retrace.settle import SettleConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PROVIDERS = ("xvfb", "docker")
 RESET_CASE = REPO / "cases" / "app-settings" / "indent-and-save-t2-close-window.yaml"
-# Replayed by default, in this order: one per app. (wrap-and-indent-t1-toggle-auto-indent is left out: it
-# desyncs under docker by GTK timing, docs/environments.md "Fidelity".)
+# Replayed by default, in this order: one per app.
 DEFAULT_CASES = [
     "app-settings/indent-and-save-t2-close-window",
     "text-editor/hello-world-t1-unmaximize",
@@ -116,7 +116,8 @@ def describe(result: RecoveryResult) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resets", type=int, default=5, help="timed resets per provider")
     parser.add_argument("--cases", type=int, default=3, help="cases replayed with the oracle per provider")
     parser.add_argument("--actions", type=int, default=20, help="timed move actions per provider")
@@ -129,8 +130,8 @@ def main() -> int:
     paths = args.case or [REPO / "cases" / f"{name}.yaml" for name in DEFAULT_CASES]
     cases: list[RecoveryCase] = [load_case(p) for p in paths[: args.cases]]
     size = tuple(reset_case.screen)
-    settle = SettleConfig(timeout=10.0, quiet=0.3)  # the plugin's defaults (--retrace-settle, --retrace-settle-quiet)
-    # what the plugin hides from a task: the repository, its cases and the venv (the docker provider ignores it)
+    settle = SettleConfig(timeout=10.0, quiet=0.3)  # the plugin's --retrace-settle and --retrace-settle-quiet
+    # what the plugin hides from a task: the repository, its cases, the venv (the docker provider ignores it)
     hide = (REPO, REPO / "cases", Path(sys.prefix))
     config = load_model_config("oracle", [REPO / "agents"])
     opts = ReplayOptions(budget=args.budget, strategy=config.strategies[0], ssim_threshold=0.99, attempts=3,
@@ -170,13 +171,22 @@ def main() -> int:
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
                 seconds, settled = timed(lambda e=envs[name], a=move: e.execute(a))
                 actions[name].append((seconds, settled))
+        # what pyautogui's path (the remote provider's, and docker's for text the keymap lacks) would cost per
+        # action: /execute of a new guest python, bare and with pyautogui
+        guest = envs["docker"].guest  # type: ignore[attr-defined]
+        probes: dict[str, list[float]] = {"pass": [], "import pyautogui": []}
+        for _ in range(max(3, args.actions // 4)):
+            for code, times in probes.items():
+                times.append(timed(lambda c=code: guest._execute([GUEST_PYTHON, "-c", c], shell=False,
+                                                                 timeout=30.0))[0])
 
         # -- whole cases with the oracle ----------------------------------------------------------------
         results: dict[str, dict[str, RecoveryResult]] = {name: {} for name in PROVIDERS}
         for i, case in enumerate(cases):
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
                 result = results[name][case.id] = run_case(envs[name], case, agent, opts)
-                print(f"  {case.id} on {name}: {result.timings['total']:.1f} s, {describe(result)}", flush=True)
+                print(f"  {case.id} on {name}: {result.timings['total']:.1f} s, {describe(result)}",
+                      flush=True)
     finally:
         for env in envs.values():
             try:
@@ -186,13 +196,14 @@ def main() -> int:
         agent.close()
 
     # -- the table ------------------------------------------------------------------------------------
-    def line(label: str, xvfb: float, docker: float, note: str = "", unit: str = "s") -> None:
-        print(f"  {label:<44} xvfb {xvfb:7.2f} {unit}  docker {docker:7.2f} {unit}  {ratio(docker, xvfb):>6}  {note}")
+    def line(label: str, xvfb: float, docker: float, unit: str = "s", note: str = "") -> None:
+        print(f"  {label:<44} xvfb {xvfb:7.2f} {unit}  docker {docker:7.2f} {unit}  {ratio(docker, xvfb):>6}"
+              f"  {note}".rstrip())
 
     image = {True: "image was there", False: "image built", None: "image: unknown"}[cached]
     print(f"\ndocker vs xvfb, {size[0]}x{size[1]}; {load_note()}; "
           f"{'?' if others is None else others} other desktop container(s) running")
-    line("start (once per worker)", start_s["xvfb"], start_s["docker"], f"({image})")
+    line("start (once per worker)", start_s["xvfb"], start_s["docker"], note=f"({image})")
     med = {n: statistics.median(resets[n]) for n in PROVIDERS}
     line(f"reset, median of {args.resets} ({reset_case.id[:16]}...)", med["xvfb"], med["docker"])
     line("  min", min(resets["xvfb"]), min(resets["docker"]))
@@ -201,9 +212,13 @@ def main() -> int:
         wall = {n: statistics.median(w for w, _ in actions[n]) for n in PROVIDERS}
         before = {n: statistics.median(w - s for w, s in actions[n]) for n in PROVIDERS}
         waited = {n: statistics.median(s for _, s in actions[n]) for n in PROVIDERS}
-        line(f"move action to a settled screen, median of {args.actions}", wall["xvfb"], wall["docker"])
-        line("  send and perform (before settling)", before["xvfb"] * 1000, before["docker"] * 1000, unit="ms")
+        line(f"move action, settled, median of {args.actions}", wall["xvfb"], wall["docker"])
+        line("  send and perform (before settling)", before["xvfb"] * 1000, before["docker"] * 1000, "ms",
+             note="xvfb: xdotool here; docker: the same xdotool commands via /execute")
         line("  settle (quiet 0.3 s)", waited["xvfb"], waited["docker"])
+        bare, imported = (statistics.median(probes[k]) * 1000 for k in ("pass", "import pyautogui"))
+        print(f"  {'  docker /execute of python -c pass':<44} {bare:7.0f} ms, "
+              f"of python -c 'import pyautogui' {imported:7.0f} ms (median of {len(probes['pass'])})")
     agree_all = True
     totals = {n: 0.0 for n in PROVIDERS}
     for case in cases:
@@ -213,14 +228,14 @@ def main() -> int:
         totals["xvfb"] += rx.timings["total"]
         totals["docker"] += rd.timings["total"]
         line(f"case {case.id[:39]}", rx.timings["total"], rd.timings["total"],
-             f"verdicts {'agree' if agree else 'DIFFER'}: {verdict(rx)[0]}" if agree
+             note=f"verdicts agree: {verdict(rx)[0]}" if agree
              else f"verdicts DIFFER: xvfb {verdict(rx)}, docker {verdict(rd)}")
         line("  of which resets", rx.timings.get("reset", 0.0), rd.timings.get("reset", 0.0),
-             f"(attempts xvfb {rx.attempts}, docker {rd.attempts}; the oracle resets again to recover)")
+             note="(the reset stage, summed: the oracle resets again to recover)")
     if cases:
         n = len(cases)
         line(f"case, mean of {n} (oracle, budget {args.budget})", totals["xvfb"] / n, totals["docker"] / n,
-             f"verdicts {'agree on all' if agree_all else 'DIFFER'}")
+             note=f"verdicts {'agree on all' if agree_all else 'DIFFER'}")
     return 0 if agree_all else 1
 
 

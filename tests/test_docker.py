@@ -224,3 +224,126 @@ def test_xdist_workers_each_get_their_own_container(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout[-2000:]  # noop fails its cases
     verdicts = {(r["case"], r["model"]): r["verdict"] for r in records}
     assert verdicts == {(c.stem, "oracle"): "recovered" for c in cases} | {(c.stem, "noop"): "not_recovered" for c in cases}
+
+
+class _EngineOverTcp:
+    """The local engine's socket forwarded to a TCP port on loopback: to the provider a remote engine
+    (``tcp://``), reached as a remote one is — the guest's port published, not the container's address."""
+
+    def __init__(self, sock_path: str = "/var/run/docker.sock") -> None:
+        import socket
+        import threading
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sock_path = sock_path
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.sock_path)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        import socket
+
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_engines_from_a_list_and_a_remote_engine(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = _EngineOverTcp()
+    hosts = f"unix:///var/run/docker.sock,tcp://127.0.0.1:{proxy.port}"
+    try:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")  # 3 % 2: the second engine, the "remote" one
+        env = DockerEnvironment(size=SIZE, settle=FAST, hosts=hosts)
+        env.start()
+        try:
+            assert env.engine == f"tcp://127.0.0.1:{proxy.port}"
+            env.reset(Task("t", [LaunchStep(type="launch", command=TERM, window="docker-term")]), tmp_path)
+            info = client.api.inspect_container(env.container_id)
+            published = info["NetworkSettings"]["Ports"]["5000/tcp"][0]["HostPort"]
+            assert env.guest.url == f"http://127.0.0.1:{published}"  # the engine's address, the published port
+            assert list(info["NetworkSettings"]["Networks"]) == [NETWORKS["host"]]
+            assert env.run("echo via tcp").stdout == "via tcp\n"
+        finally:
+            env.close()
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw4")  # 4 % 2: the first, local engine
+        env = DockerEnvironment(size=SIZE, settle=FAST, hosts=hosts)
+        env.start()
+        try:
+            assert env.engine == "unix:///var/run/docker.sock"
+            env.reset(Task("t"), tmp_path)
+            assert env.guest.url.endswith(":5000") and not env.guest.url.startswith("http://127.")
+        finally:
+            env.close()
+    finally:
+        proxy.close()
+
+
+def test_the_remote_provider_on_a_pool_of_two_guests_under_xdist(client, tmp_path: Path) -> None:
+    """`-n 2` through the plugin, the remote provider against two guests on loopback (desktop-image containers
+    publishing `retrace guest` on 127.0.0.1, each with a token), reset by the pool's own `host:` command that
+    recreates the worker's container. Real built-in cases, so the verdicts are the suite's."""
+    import socket
+
+    builder = DockerEnvironment(size=SIZE)
+    builder.start()  # the image
+    image = builder.image
+    builder.close()
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    prefix = f"retrace-pool-{os.getpid()}"  # guest i is the container prefix-i
+    token = "pool-" + os.urandom(8).hex()
+    run = (f'docker run -d --rm --name {prefix}-$I -p 127.0.0.1:$P:5000 -e RETRACE_GUEST_TOKEN '
+           f'--label {LABEL}=test {image} >/dev/null')
+    recreate = (f'I=$RETRACE_GUEST_INDEX; P=${{RETRACE_GUEST_URL##*:}}; docker rm -f {prefix}-$I '
+                f'>/dev/null 2>&1; {run}')
+    env = {**os.environ, "RETRACE_GUEST_TOKEN": token}
+    try:
+        for i, port in enumerate(ports):
+            subprocess.run(["sh", "-c", run], env={**env, "I": str(i), "P": str(port)}, check=True)
+        cases = sorted((REPO / "cases" / "app-settings").glob("indent-and-save-t2-*.yaml"))[:2]
+        reports = tmp_path / "reports"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *map(str, cases), "--retrace-env=remote", "--retrace-model=oracle,noop",
+             "--retrace-env-option", f"urls={','.join(f'http://127.0.0.1:{p}' for p in ports)}",
+             "--retrace-env-option", "token_env=RETRACE_GUEST_TOKEN",
+             "--retrace-env-option", "python=/opt/retrace/bin/python",
+             "--retrace-env-option", f"reset=host:{recreate}",
+             "-n", "2", "-p", "no:cacheprovider", "-q", f"--retrace-report-dir={reports}", "--retrace-run=pool"],
+            cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+        records = [json.loads(line) for line in (reports / "pool" / "results.jsonl").read_text().splitlines()]
+        assert proc.returncode == 1, proc.stdout[-3000:]
+        verdicts = {(r["case"], r["model"]): r["verdict"] for r in records}
+        assert verdicts == ({(c.stem, "oracle"): "recovered" for c in cases}
+                            | {(c.stem, "noop"): "not_recovered" for c in cases}), proc.stdout[-3000:]
+        assert token not in proc.stdout + proc.stderr + (reports / "pool" / "results.jsonl").read_text()
+    finally:
+        for i in range(2):
+            subprocess.run(["docker", "rm", "-f", f"{prefix}-{i}"], capture_output=True, check=False)

@@ -265,11 +265,15 @@ class RemoteEnvironment:
             raise EnvError(f"worker gw{index} has no guest: only {len(self.urls)} URL(s) in the pool")
         self.attach(self.urls[index], os.environ.get(self.token_env) if self.token_env else None)
 
-    def attach(self, url: str, token: str | None) -> None:
+    def attach(self, url: str, token: str | None, probe: bool = True) -> None:
         """Use the guest at `url`: its screen must be the cases' size and its Python must have pyautogui.
-        start() takes the worker's URL of the pool; the docker provider attaches to each container it starts."""
+        start() takes the worker's URL of the pool; the docker provider attaches to each container it starts,
+        without `probe` (its image is known to have pyautogui and xdotool)."""
         self.url = url
         self._client = _Client(url, token, self.timeout)
+        if not probe:
+            self._window_tool = "xdotool"
+            return
         width, height = self._screen_size()
         if (width, height) != self.size:
             raise EnvError(f"{self.url}: the guest's screen is {width}x{height}, the cases need "
@@ -298,9 +302,14 @@ class RemoteEnvironment:
         elif self.reset_mode == "host":
             self._reset_on_host()
         self._cases += 1
-        self.masks = masks
         w, h = self.size
         self._program(release_program(park=(w - 1, h - 1)), "releasing keys and parking the pointer", infra=True)
+        self.prepare(task, files, masks)
+
+    def prepare(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
+        """The part of a reset after the guest is fresh: the task's setup steps, then settle. The docker
+        provider calls it directly on a new container, where no key is held and the pointer is parked."""
+        self.masks = masks
         apply_setup(self, task, files)
         self.settle()
 
@@ -362,12 +371,15 @@ class RemoteEnvironment:
         return True
 
     def _program(self, program: str, what: str, work: float = 0.0, infra: bool = False) -> None:
-        """Run a pyautogui program on the guest. A guest that answers but fails it: ActionFailed (an
+        """Run a pyautogui program on the guest."""
+        self.perform([self.python, "-c", program], what, _BASE_ACTION_TIME + work, infra=infra)
+
+    def perform(self, argv: list[str], what: str, timeout: float, infra: bool = False) -> None:
+        """Run `argv` on the guest as (part of) an action. A guest that answers but fails it: ActionFailed (an
         EnvError with `infra`, for the harness's own programs); no answer: EnvError."""
         failure = EnvError if infra else ActionFailed
-        timeout = _BASE_ACTION_TIME + work
         try:
-            res = self._execute([self.python, "-c", program], shell=False, timeout=timeout)
+            res = self._execute(argv, shell=False, timeout=timeout)
         except _Refused as exc:
             raise failure(f"{what}: the guest refused it: {exc}") from None
         except _Unreachable as exc:

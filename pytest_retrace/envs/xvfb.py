@@ -40,39 +40,13 @@ from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
 from .desktop import DESKTOP_MENU, OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
+from .xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, type_command, typable
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
 from .setup import apply_setup
 
 NETWORK_MODES = ("none", "host")
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
-# pyautogui key names -> X keysyms understood by xdotool
-_KEYSYMS = {
-    "enter": "Return", "esc": "Escape", "tab": "Tab", "space": "space", "backspace": "BackSpace",
-    "delete": "Delete", "insert": "Insert", "home": "Home", "end": "End", "pageup": "Prior",
-    "pagedown": "Next", "up": "Up", "down": "Down", "left": "Left", "right": "Right",
-    "ctrl": "ctrl", "shift": "shift", "alt": "alt", "win": "super", "capslock": "Caps_Lock",
-    "numlock": "Num_Lock", "printscreen": "Print", "menu": "Menu", "pause": "Pause",
-    "scrolllock": "Scroll_Lock", "ctrlleft": "Control_L", "ctrlright": "Control_R",
-    "shiftleft": "Shift_L", "shiftright": "Shift_R", "altleft": "Alt_L", "altright": "Alt_R",
-    "winleft": "Super_L", "winright": "Super_R",
-    "-": "minus", "=": "equal", ",": "comma", ".": "period", "/": "slash", ";": "semicolon",
-    "'": "apostrophe", "[": "bracketleft", "]": "bracketright", "\\": "backslash", "`": "grave",
-    "+": "plus", "*": "asterisk", "!": "exclam", "@": "at", "#": "numbersign", "$": "dollar",
-    "%": "percent", "^": "asciicircum", "&": "ampersand", "(": "parenleft", ")": "parenright",
-    "_": "underscore", ":": "colon", '"': "quotedbl", "<": "less", ">": "greater", "?": "question",
-    "{": "braceleft", "}": "braceright", "|": "bar", "~": "asciitilde",
-} | {f"f{i}": f"F{i}" for i in range(1, 25)}
-_BUTTONS = {"left": "1", "middle": "2", "right": "3"}
-# Between keys, as a person types; characters the keymap lacks go through keymap.py, not a delay.
-_TYPE_DELAY_MS = "25"
-# Time limits of one xdotool call: a base plus the time the action itself asks for (typing speed, wheel
-# clicks, key presses, a held chord). The caps on Action keep every accepted action well inside them.
-_BASE_TIMEOUT = 15.0
 _FIRST_DISPLAY = 10  # leave :0.. to a machine's own desktops
-
-
-def _keysym(key: str) -> str:
-    return _KEYSYMS.get(key, key)
 
 
 class XvfbEnvironment:
@@ -406,7 +380,7 @@ class XvfbEnvironment:
 
     def cursor_position(self) -> tuple[int, int]:
         res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(), capture_output=True,
-                             text=True, timeout=_BASE_TIMEOUT)
+                             text=True, timeout=BASE_TIMEOUT)
         values = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
         try:
             return int(values["X"]), int(values["Y"])
@@ -418,26 +392,25 @@ class XvfbEnvironment:
         check_on_screen(action, self.size)
         if action.kind == "wait":
             time.sleep(action.seconds)
-        elif action.kind == "type":
-            # xdotool drops "\n" inside `type` text: newlines go as Return key presses
+        elif action.kind == "type" and not typable(action.text):
+            # characters the keymap lacks: mapped onto a spare keycode for a moment (keymap.py)
             for i, line in enumerate(action.text.split("\n")):
                 if i:
                     self._xdotool(["key", "Return"])
-                if line.isascii() and line.isprintable():
-                    self._xdotool(["type", "--delay", _TYPE_DELAY_MS, "--", line], timeout=_BASE_TIMEOUT + 0.05 * len(line))
+                if typable(line):
+                    self._xdotool(*type_command(line))
                 elif line:
                     if self._keymap is None:
                         self._keymap = Keymap(self.display)
-                    self._keymap.type(line, lambda keys: self._xdotool(["key", "--delay", _TYPE_DELAY_MS, *keys],
-                                                                       timeout=_BASE_TIMEOUT + 0.05 * len(keys)),
+                    self._keymap.type(line, lambda keys: self._xdotool(["key", "--delay", TYPE_DELAY_MS, *keys],
+                                                                       timeout=BASE_TIMEOUT + 0.05 * len(keys)),
                                       self.settle)
-        elif not action.terminal:
-            a = action
-            work = 0.05 * len(a.keys) * a.presses + 0.05 * (abs(a.dx) + abs(a.dy)) + a.seconds * a.presses
-            self._xdotool(self._xdotool_args(a), timeout=_BASE_TIMEOUT + work)
+        else:
+            for args, timeout in commands(action):
+                self._xdotool(args, timeout=timeout)
         return self.settle()
 
-    def _xdotool(self, args: list[str], timeout: float = _BASE_TIMEOUT) -> None:
+    def _xdotool(self, args: list[str], timeout: float = BASE_TIMEOUT) -> None:
         try:
             res = subprocess.run(["xdotool", *args], env=self._host_env(), capture_output=True, text=True,
                                  timeout=timeout)
@@ -447,46 +420,3 @@ class XvfbEnvironment:
         if res.returncode != 0:
             self._check_alive()
             raise ActionFailed(f"xdotool {' '.join(args)[:200]} failed: {res.stderr.strip()[:300]}")
-
-    def _xdotool_args(self, a: Action) -> list[str]:
-        """One xdotool command chain for `a`, with the keys of `a.hold` held around pointer actions."""
-        hold = "+".join(_keysym(k) for k in a.hold)
-        pointer = self._pointer_args(a)
-        if pointer is not None:
-            return [*(["keydown", hold] if hold else []), *pointer, *(["keyup", hold] if hold else [])]
-        if a.kind == "key":
-            return ["key", "--delay", "40", "--repeat", str(a.presses), "--", *(_keysym(k) for k in a.keys)]
-        if a.kind == "hotkey":
-            chord = "+".join(_keysym(k) for k in a.keys)
-            if a.seconds:  # Claude's hold_key: the chord stays down for `seconds`
-                return [arg for _ in range(a.presses) for arg in ("keydown", chord, "sleep", str(a.seconds),
-                                                                   "keyup", chord)]
-            return ["key", "--repeat", str(a.presses), "--", chord]
-        if a.kind in ("key_down", "key_up"):
-            return [a.kind.replace("_", ""), "--", *(_keysym(k) for k in a.keys)]
-        raise EnvError(f"action {a.kind!r} is not supported by the xvfb environment")
-
-    @staticmethod
-    def _pointer_args(a: Action) -> list[str] | None:
-        move = ["mousemove", str(a.x), str(a.y)] if a.x is not None else []
-        button = _BUTTONS[a.button]
-        if a.kind == "click":
-            return [*move, "click", "--repeat", str(a.clicks), "--delay", "80", button]
-        if a.kind == "move":
-            return move
-        if a.kind == "mouse_down":
-            return [*move, "mousedown", button]
-        if a.kind == "mouse_up":
-            return [*move, "mouseup", button]
-        if a.kind == "drag":
-            # intermediate motion so toolkits see a real drag, not a teleport
-            return [*move, "mousedown", button, "sleep", "0.05", "mousemove", str(a.x2), str(a.y2),
-                    "sleep", "0.05", "mouseup", button]
-        if a.kind == "scroll":
-            steps = []
-            if a.dy:
-                steps += ["click", "--repeat", str(abs(a.dy)), "--delay", "30", "4" if a.dy > 0 else "5"]
-            if a.dx:
-                steps += ["click", "--repeat", str(abs(a.dx)), "--delay", "30", "7" if a.dx > 0 else "6"]
-            return [*move, *steps]
-        return None

@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chown(runtime, *TASK_USER)
     _start_xvfb(size)
     _start_openbox(env)
+    # the pointer parked in the corner, as the xvfb provider's reset leaves it (hover effects never differ)
+    subprocess.run(["xdotool", "mousemove", str(size[0] - 1), str(size[1] - 1)], env=env, check=True)
     if args.exit_on_stdin_eof:
         _exit_on_stdin_eof()
     try:
