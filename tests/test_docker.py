@@ -108,8 +108,11 @@ def test_each_case_gets_a_fresh_container(env: DockerEnvironment, client, tmp_pa
     assert env.read_file("~/typed.txt") == b"hello\n"
     assert np.any(env.screenshot() != before)
 
+    uid = int(env.run("id -u").stdout)
     env.reset(Task("t2"), tmp_path)
     assert env.container_id != first
+    # a uid of its own per container: process limits count a uid's processes in every container of the machine
+    assert int(env.run("id -u").stdout) != uid and uid >= 2_000_000_000
     assert _gone(client, first), "the previous case's container is still there"
     for path in ("~/left-behind", "/tmp/left-behind", "~/task/seed.txt", "~/typed.txt"):
         assert env.read_file(path) is None, path
@@ -347,3 +350,45 @@ def test_the_remote_provider_on_a_pool_of_two_guests_under_xdist(client, tmp_pat
     finally:
         for i in range(2):
             subprocess.run(["docker", "rm", "-f", f"{prefix}-{i}"], capture_output=True, check=False)
+
+
+def test_ctrl_c_leaves_no_container(client) -> None:
+    """SIGINT (Ctrl-C) to a pytest run in the middle of a case: pytest's interrupted teardown and the
+    container's stdin-once end remove it."""
+    case = sorted((REPO / "cases" / "text-editor").glob("*.yaml"))[0]
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", str(case), "--retrace-env=docker", "--retrace-model=oracle",
+                             "-p", "no:xdist", "-p", "no:cacheprovider", "-q"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    owner = f"{LABEL}.owner"
+    try:
+        deadline = time.monotonic() + 120
+        mine: list = []
+        while not mine:
+            assert proc.poll() is None and time.monotonic() < deadline, "no container showed up"
+            mine = [c for c in client.containers.list(filters={"label": f"{LABEL}=desktop"})
+                    if c.labels.get(owner, "").endswith(f":{proc.pid}")]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert "KeyboardInterrupt" in out or proc.returncode == 2, out[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert all(_gone(client, c.id, timeout=20) for c in mine)
+
+
+def test_retrace_build_on_docker_from_osworld_results(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OSWorld results directory (traj.jsonl, step screenshots, result.txt) with its task's config
+    (upload_file, launch, activate_window) and evaluator, through `retrace build --env docker`, end to end."""
+    from pytest_retrace.cases import load_case
+    from pytest_retrace.cli import main
+
+    from .test_osworld_setup import build_arguments, check_the_case_sets_up
+
+    monkeypatch.chdir(tmp_path)
+    assert main([*build_arguments(tmp_path), "--env", "docker"]) == 0
+    [path] = sorted((tmp_path / "cases").rglob("*.yaml"))
+    case = load_case(path)
+    assert case.metadata["kind"] == "hidden-state" and [s.type for s in case.task.setup] == ["file", "launch", "activate"]
+    check_the_case_sets_up(DockerEnvironment(settle=FAST), case)

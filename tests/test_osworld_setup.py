@@ -274,13 +274,21 @@ CATALOGUE = [{"name": "parent-directory", "domains": ["os"], "horizon": "short",
 GUEST_RESET = "for w in $(xdotool search --class xterm); do xdotool windowkill $w; done; find ~ -mindepth 1 -delete"
 
 
-@pytest.mark.desktop
-@needs_desktop
-@pytest.mark.parametrize("guest", [(1280, 800)], indirect=True)  # the size retrace build's cases have
-def test_retrace_build_on_a_remote_guest_from_osworld_results(guest: Guest, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_retrace.cli import main
+def check_the_case_sets_up(env: Any, case: Any) -> None:
+    """`case` (built by `build_arguments`' results) on `env`: the uploaded file and the activated terminal."""
+    env.start()
+    try:
+        env.reset(case.task, case.dir)
+        assert env.read_file("~/notes.txt") == b"hello\n"
+        assert active_window(env) == "work"
+    finally:
+        env.close()
 
+
+def build_arguments(tmp_path: Path) -> list[str]:
+    """An OSWorld results directory (traj.jsonl, step screenshots, result.txt) whose task uploads a file,
+    launches a terminal and activates it, with a catalogue of one mistake: `retrace build`'s arguments for it
+    (the caller adds the environment)."""
     results, examples, cache = tmp_path / "results", tmp_path / "examples", tmp_path / "cache"
     osworld_cache(cache, NOTES_URL, "/home/user/notes.txt", b"hello\n", osworld_name=False)
     config = [
@@ -295,11 +303,21 @@ def test_retrace_build_on_a_remote_guest_from_osworld_results(guest: Guest, tmp_
                                        "pyautogui.write('echo done >> out.txt && clear\\n')", "DONE"])
     catalogue = tmp_path / "catalogue.yaml"
     catalogue.write_text(yaml.safe_dump(CATALOGUE))
+    return ["build", "--osworld", str(results), "--osworld-examples", str(examples), "--osworld-cache", str(cache),
+            "--catalogue", str(catalogue), "--workers", "1", "--replays", "2", "--seeds", "1", "--work",
+            str(tmp_path / "work"), "--out", str(tmp_path / "cases")]
+
+
+@pytest.mark.desktop
+@needs_desktop
+@pytest.mark.parametrize("guest", [(1280, 800)], indirect=True)  # the size retrace build's cases have
+def test_retrace_build_on_a_remote_guest_from_osworld_results(guest: Guest, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_retrace.cli import main
+
     monkeypatch.chdir(tmp_path)
-    assert main(["build", "--osworld", str(results), "--osworld-examples", str(examples), "--osworld-cache",
-                 str(cache), "--catalogue", str(catalogue), "--env", "remote", "--env-option", f"urls={guest.url}",
-                 "--env-option", f"reset={GUEST_RESET}", "--workers", "1", "--replays", "2", "--seeds", "1",
-                 "--work", "work", "--out", "cases"]) == 0
+    assert main([*build_arguments(tmp_path), "--env", "remote", "--env-option", f"urls={guest.url}",
+                 "--env-option", f"reset={GUEST_RESET}"]) == 0
     [path] = sorted((tmp_path / "cases").rglob("*.yaml"))
     case = load_case(path)
     assert case.metadata["kind"] == "hidden-state" and case.t_seed == 1
@@ -311,11 +329,4 @@ def test_retrace_build_on_a_remote_guest_from_osworld_results(guest: Guest, tmp_
     assert json.loads(json.dumps(case.task.setup[2].model_dump())) == {
         "type": "activate", "window": "work", "exact": True, "by_class": False, "timeout": 30.0}
     # and the built case sets its task up from there, on the guest
-    env = RemoteEnvironment(urls=guest.url, settle=FAST, reset=GUEST_RESET)
-    env.start()
-    try:
-        env.reset(case.task, case.dir)
-        assert env.read_file("~/notes.txt") == b"hello\n"
-        assert active_window(env) == "work"
-    finally:
-        env.close()
+    check_the_case_sets_up(RemoteEnvironment(urls=guest.url, settle=FAST, reset=GUEST_RESET), case)

@@ -57,6 +57,8 @@ LABEL = "pytest-retrace"
 GUEST_PORT = 5000
 GUEST_PYTHON = "/opt/retrace/bin/python"
 TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"  # guest/container.py
+UID_VARIABLE = "RETRACE_TASK_UID"  # guest/container.py: the task's uid, one per container (process limits are per uid)
+TASK_UID_BASE, TASK_UIDS = 2_000_000_000, 100_000_000  # above envs/sandbox.py's per-display uids
 NETWORKS = {"none": "pytest-retrace-isolated", "host": "pytest-retrace-open"}
 # What the guest (root in the container) needs to run the task as `user` and serve its files; nothing else.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
@@ -213,7 +215,8 @@ class DockerEnvironment:
         w, h = self.size
         created = api.create_container(
             self.image, ["--size", f"{w}x{h}", "--exit-on-stdin-eof"], stdin_open=True, detach=False, tty=False,
-            environment={TOKEN_VARIABLE: token}, host_config=host_config, ports=[GUEST_PORT] if remote else None,
+            environment={TOKEN_VARIABLE: token, UID_VARIABLE: str(TASK_UID_BASE + secrets.randbelow(TASK_UIDS))},
+            host_config=host_config, ports=[GUEST_PORT] if remote else None,
             labels={LABEL: "desktop", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
                     f"{LABEL}.run": _RUN_ID, f"{LABEL}.worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
         self._container = created["Id"]

@@ -4,7 +4,7 @@ template and task environment), then ``retrace guest`` serving it on port 5000 t
 
 The container *is* the task's sandbox: one container per case, recreated from the image at every reset, so
 nothing here restarts or cleans anything. Xvfb, openbox and the server run as the container's root; every
-command, app and action of the task runs as the unprivileged ``user`` (uid 1000), as in the xvfb provider's
+command, app and action of the task runs as the unprivileged ``user`` (a uid of its own), as in the xvfb provider's
 sandbox: the agent cannot kill the server or the X server and so turn its own failure into an infrastructure
 error. The container's capabilities, memory and process count are limited by the provider (envs/docker.py).
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,11 +34,34 @@ DISPLAY_NUMBER = 0
 PORT = 5000
 TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"
 WM_HOME = Path("/root")  # the window manager's own home: the task's stays as the template made it
-TASK_USER = (1000, 1000)  # the image's `user` (envs/image.py)
+IMAGE_UID = 1000  # the image's `user` (envs/image.py)
+# The task's uid, RETRACE_TASK_UID when the provider gives one: a process limit counts the processes of a uid
+# in every container of the machine (containers share the kernel's user namespace), so each container's task
+# has a uid of its own, or a fork bomb in one would stop the apps of every other worker's case.
+UID_VARIABLE = "RETRACE_TASK_UID"
 NPROC_LIMIT = 2048  # processes and threads of the task's user, as envs/sandbox.py
-# How a menu entry starts an app as the task's user (util-linux), first in the OOM killer's line
-AS_USER = ["prlimit", f"--nproc={NPROC_LIMIT}", "--", "setpriv", f"--reuid={TASK_USER[0]}",
-           f"--regid={TASK_USER[1]}", "--clear-groups", "--", "choom", "-n", "1000", "--"]
+FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write, as envs/sandbox.py
+
+
+def _as_user(uid: int) -> list[str]:
+    """How a menu entry starts an app as the task's user (util-linux), first in the OOM killer's line."""
+    return ["prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--", "setpriv", f"--reuid={uid}",
+            f"--regid={uid}", "--clear-groups", "--", "choom", "-n", "1000", "--"]
+
+
+def _become(uid: int) -> None:
+    """Give the image's `user` the uid `uid`: its account lines and its home."""
+    if uid == IMAGE_UID:
+        return
+    for path in ("/etc/passwd", "/etc/group"):
+        lines = Path(path).read_text().splitlines()
+        fixed = [re.sub(r"^user:x:1000:(1000:)?", lambda m: f"user:x:{uid}:" + (f"{uid}:" if m.group(1) else ""), line)
+                 for line in lines]
+        Path(path).write_text("\n".join(fixed) + "\n")
+    for root, dirs, files in os.walk(GUEST_HOME):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
+    os.chown(GUEST_HOME, uid, uid)
 
 
 def _start_xvfb(size: tuple[int, int]) -> subprocess.Popen[bytes]:
@@ -51,11 +75,11 @@ def _start_xvfb(size: tuple[int, int]) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _start_openbox(env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start_openbox(env: dict[str, str], uid: int) -> subprocess.Popen[bytes]:
     menu = WM_HOME / ".config" / "openbox" / "menu.xml"
     menu.parent.mkdir(parents=True, exist_ok=True)
     # a menu entry runs the app with the task's environment, as a setup launch step does
-    menu.write_text(menu_xml([*AS_USER, "env", "-i", *(f"{k}={v}" for k, v in env.items())]))
+    menu.write_text(menu_xml([*_as_user(uid), "env", "-i", *(f"{k}={v}" for k, v in env.items())]))
     wm_env = {**env, "HOME": str(WM_HOME), "XDG_CONFIG_HOME": str(WM_HOME / ".config"),
               "XDG_CACHE_HOME": str(WM_HOME / ".cache"), "XDG_DATA_HOME": str(WM_HOME / ".local/share")}
     proc = subprocess.Popen(["openbox", "--config-file", str(OPENBOX_RC)], env=wm_env, cwd=WM_HOME,
@@ -85,20 +109,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     width, _, height = args.size.partition("x")
     size = (int(width), int(height))
+    uid = int(os.environ.pop(UID_VARIABLE, IMAGE_UID))
+    _become(uid)
     env = task_environment(f":{DISPLAY_NUMBER}", GUEST_HOME)
     runtime = Path(env["XDG_RUNTIME_DIR"])
     runtime.mkdir(mode=0o700, exist_ok=True)
-    os.chown(runtime, *TASK_USER)
+    os.chown(runtime, uid, uid)
     _start_xvfb(size)
-    _start_openbox(env)
+    _start_openbox(env, uid)
     # the pointer parked in the corner, as the xvfb provider's reset leaves it (hover effects never differ)
     subprocess.run(["xdotool", "mousemove", str(size[0] - 1), str(size[1] - 1)], env=env, check=True)
     if args.exit_on_stdin_eof:
         _exit_on_stdin_eof()
     try:
         token = read_token(TOKEN_VARIABLE)
-        config = GuestConfig(home=Path(GUEST_HOME), token=token, display=env["DISPLAY"], env=env, run_as=TASK_USER,
-                             nproc_limit=NPROC_LIMIT)
+        config = GuestConfig(home=Path(GUEST_HOME), token=token, display=env["DISPLAY"], env=env, run_as=(uid, uid),
+                             nproc_limit=NPROC_LIMIT, fsize_limit=FSIZE_LIMIT)
         return serve(config, host="0.0.0.0", port=PORT)  # noqa: S104 - the container's own interface, token required
     except GuestError as exc:
         print(f"retrace container: {exc}", file=sys.stderr)

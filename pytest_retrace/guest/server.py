@@ -73,6 +73,7 @@ class GuestConfig:
     # infrastructure error). Files the API writes are given to that user too. None: as the server.
     run_as: tuple[int, int] | None = None
     nproc_limit: int | None = None  # RLIMIT_NPROC of run_as's processes: a fork bomb stops at its own desk
+    fsize_limit: int | None = None  # RLIMIT_FSIZE of run_as's processes: no file fills the disk alone
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -203,15 +204,17 @@ class Guest:
         if self.config.run_as is None:
             return {}
         uid, gid = self.config.run_as
-        nproc = self.config.nproc_limit
+        nproc, fsize = self.config.nproc_limit, self.config.fsize_limit
 
         def drop() -> None:  # in the child, in this order: the score and limit need root, then become the user
             with open("/proc/self/oom_score_adj", "w") as adj:
                 adj.write("1000")
-            if nproc is not None:
-                import resource
+            import resource
 
+            if nproc is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if fsize is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
