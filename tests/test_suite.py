@@ -27,13 +27,14 @@ MODELS = ("noop", "oracle", "undo")
 CASES = [load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))]
 
 
-def run_suite(reports: Path, env: str = "xvfb", runs: int = RUNS) -> list[list[dict]]:
+def run_suite(reports: Path, env: str = "xvfb", runs: int = RUNS, workers: int = 2) -> list[list[dict]]:
     out = []
     for i in range(runs):
         start = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", f"--retrace-model={','.join(MODELS)}", f"--retrace-run={env}{i}",
-             f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", "2", "-p", "no:cacheprovider", "-q"],
+             f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", str(workers), "-p", "no:cacheprovider",
+             "-q"],
             cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=3000,
         )
         print(f"{env} run {i}: exit {proc.returncode} in {time.monotonic() - start:.0f} s")
@@ -143,7 +144,9 @@ def test_builtin_suite_calibration_and_determinism(tmp_path: Path) -> None:
             failures.append(f"{check.__name__}: {exc}")
     if docker_engine():  # required under CI (RETRACE_REQUIRE_DOCKER=1): there a missing engine raises
         try:
-            check_docker_gives_the_xvfb_verdicts(runs, run_suite(tmp_path, env="docker", runs=1)[0])
+            # -n 8: containers mostly wait (settling, app starts); measured 7 min for the 159 tests here, alone
+            docker = run_suite(tmp_path, env="docker", runs=1, workers=8)[0]
+            check_docker_gives_the_xvfb_verdicts(runs, docker)
         except AssertionError as exc:
             failures.append(f"check_docker_gives_the_xvfb_verdicts: {exc}")
     else:
