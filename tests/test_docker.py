@@ -86,6 +86,8 @@ def test_options_are_checked_before_anything_starts() -> None:
         DockerEnvironment(hosts="docker.example:2376")
     with pytest.raises(ValueError, match="pids_limit"):
         DockerEnvironment(pids_limit=3)
+    with pytest.raises(ValueError, match="spare: true or false"):
+        DockerEnvironment(spare="yes")
     with pytest.raises(EnvConfigError, match="provider 'docker' has no option 'memroy'.*memory"):
         load_env_config("docker", overrides=["memroy=2g"])
     config = load_env_config("docker", overrides=["memory=2g", "hosts=unix:///var/run/docker.sock,tcp://h:2376"])
@@ -153,13 +155,19 @@ def test_limits_labels_and_no_network(env: DockerEnvironment, client, tmp_path: 
     assert list(info["NetworkSettings"]["Networks"]) == [NETWORKS["host"]]
 
 
-def test_close_removes_the_container(client, tmp_path: Path) -> None:
+def _owned_by(client, pid: int) -> list:
+    return [c for c in client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"})
+            if c.labels.get(f"{LABEL}.owner", "").endswith(f":{pid}")]
+
+
+def test_close_removes_the_container_and_the_spare(client, tmp_path: Path) -> None:
     env = DockerEnvironment(size=SIZE, settle=FAST)
     env.start()
     env.reset(Task("t"), tmp_path)
-    container = env.container_id
+    mine = _owned_by(client, os.getpid())
+    assert len(mine) == 2  # the case's and the next one's, booting
     env.close()
-    assert _gone(client, container, timeout=5)
+    assert all(_gone(client, c.id, timeout=5) for c in mine)
     with pytest.raises(EnvError, match="not started"):
         env.reset(Task("t"), tmp_path)
 
@@ -187,10 +195,12 @@ def test_a_killed_worker_leaves_no_container(client) -> None:
         container = proc.stdout.readline().strip()
         assert container, "the owner process did not start a container"
         assert client.api.inspect_container(container)["State"]["Running"]
+        mine = _owned_by(client, proc.pid)
+        assert len(mine) == 2, mine  # the case's and the spare
     finally:
         proc.send_signal(signal.SIGKILL)  # no close(), no atexit, no finally
         proc.wait()
-    assert _gone(client, container), "a SIGKILLed owner's container is still there"
+    assert all(_gone(client, c.id) for c in mine), "a SIGKILLed owner's containers are still there"
 
 
 def test_leftovers_of_dead_owners_are_removed_at_start(client) -> None:
@@ -276,7 +286,7 @@ class _EngineOverTcp:
         self.server.close()
 
 
-def test_engines_from_a_list_and_a_remote_engine(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engines_from_a_list_docker_host_and_a_remote_engine(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proxy = _EngineOverTcp()
     hosts = f"unix:///var/run/docker.sock,tcp://127.0.0.1:{proxy.port}"
     try:
@@ -293,6 +303,16 @@ def test_engines_from_a_list_and_a_remote_engine(client, tmp_path: Path, monkeyp
             assert env.run("echo via tcp").stdout == "via tcp\n"
         finally:
             env.close()
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{proxy.port}")  # honoured without `hosts`
+        env = DockerEnvironment(size=SIZE, settle=FAST)
+        env.start()
+        try:
+            assert env.engine == f"tcp://127.0.0.1:{proxy.port}"
+            env.reset(Task("t"), tmp_path)
+            assert env.guest.url.startswith("http://127.0.0.1:")
+        finally:
+            env.close()
+        monkeypatch.delenv("DOCKER_HOST")
         monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw4")  # 4 % 2: the first, local engine
         env = DockerEnvironment(size=SIZE, settle=FAST, hosts=hosts)
         env.start()
@@ -359,14 +379,12 @@ def test_ctrl_c_leaves_no_container(client) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "pytest", str(case), "--retrace-env=docker", "--retrace-model=oracle",
                              "-p", "no:xdist", "-p", "no:cacheprovider", "-q"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    owner = f"{LABEL}.owner"
     try:
         deadline = time.monotonic() + 120
         mine: list = []
         while not mine:
             assert proc.poll() is None and time.monotonic() < deadline, "no container showed up"
-            mine = [c for c in client.containers.list(filters={"label": f"{LABEL}=desktop"})
-                    if c.labels.get(owner, "").endswith(f":{proc.pid}")]
+            mine = _owned_by(client, proc.pid)
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)

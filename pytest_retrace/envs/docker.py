@@ -8,7 +8,9 @@
   setup), so both paths are the same code; actions are the xvfb provider's own xdotool commands
   (envs/xdotool.py) sent through /execute, so the X server sees the same events as on the local desktop.
 - **Reset recreates the container** from the image: nothing of the previous case can survive (files, processes,
-  X server state, anything the agent changed anywhere in the container's file system). Measured cost in
+  X server state, anything the agent changed anywhere in the container's file system). The next case's
+  container is started at the end of each reset and boots while the case runs (``spare``): untouched but by
+  its own boot, it is what a container created at the next reset would be. Measured cost in
   benchmarks/bench_docker.py.
 - **One container per worker** at a time, on the worker's engine: ``hosts`` is a list of engines
   (``unix:///var/run/docker.sock``, ``tcp://10.0.0.5:2376``, ``ssh://user@host``), worker ``gwN`` uses
@@ -28,7 +30,8 @@
 
 Options (``--retrace-env-option KEY=VALUE`` or ``envs/NAME.yaml``): ``image`` (a prebuilt desktop image, not
 built here), ``hosts``, ``memory`` (``"4g"`` or bytes), ``cpus``, ``pids_limit``, ``timeout`` (seconds one
-request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve).
+request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve), ``spare``
+(boot the next case's container during this one; default true).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +108,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass
+class _Container:
+    id: str
+    stdin: Any  # the attached stdin whose closing ends the container
+    url: str  # of its guest
+    token: str
+    network: str  # the docker network it is on
+
+
 class DockerEnvironment:
     name = "docker"
 
     def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
                  hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
-                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0) -> None:
+                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = True) -> None:
         if network not in NETWORKS:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORKS)}")
         self.size = (int(size[0]), int(size[1]))
@@ -131,11 +144,14 @@ class DockerEnvironment:
                 raise ValueError(f"{key}: a positive number of seconds, got {value!r}")
         self.timeout = float(timeout)
         self.ready_timeout = float(ready_timeout)
+        if not isinstance(spare, bool):
+            raise ValueError(f"spare: true or false, got {spare!r}")
         self.masks: Sequence[Rect] = ()
         self.engine = ""
         self._client: Any = None
-        self._container: str | None = None  # id of the current case's container
-        self._stdin: Any = None  # the attached stdin whose closing ends the container
+        self.spare = spare
+        self._current: _Container | None = None  # the current case's
+        self._spare: _Container | None = None  # the next case's, booting
         self._guest: RemoteEnvironment | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -191,26 +207,38 @@ class DockerEnvironment:
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self._client is None:
             raise EnvError("the environment is not started")
-        self._remove_container()
-        network = "host" if task.network or self.network == "host" else "none"
-        url, token = self._new_container(network)
-        guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[url], timeout=self.timeout,
+        self._remove(self._current)
+        self._current = self._guest = None
+        net = self._network_for("host" if task.network or self.network == "host" else "none")
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.network != net:
+            self._remove(spare)  # made for the other network
+            spare = None
+        box = self._current = spare or self._start(net)
+        self._wait_ready(box)
+        guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[box.url], timeout=self.timeout,
                                   python=GUEST_PYTHON)
-        guest.attach(url, token, probe=False)
+        guest.attach(box.url, box.token, probe=False)
         self._guest = guest
         self.masks = masks
         guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
+        if self.spare:
+            # the next case's container boots while this one runs: a container made from the image that nothing
+            # has touched but its own boot is what a new one would be, so reset stays equivalent to recreating
+            self._spare = self._start(self._network_for("none"))
 
-    def _new_container(self, network: str) -> tuple[str, str]:
-        """Create, attach and start a container; wait until its guest serves. (url, token)."""
+    def _network_for(self, network: str) -> str:
+        return NETWORKS["host" if self._remote_engine else network]
+
+    def _start(self, net: str) -> _Container:
+        """Create, attach and start a container on the docker network `net` (not waiting for its guest)."""
         api = self._client.api
         token = secrets.token_hex(24)
         remote = self._remote_engine
-        net = NETWORKS["host" if remote else network]
         host_config = api.create_host_config(
             auto_remove=True, mem_limit=self.memory, memswap_limit=self.memory, nano_cpus=int(self.cpus * 1e9),
             pids_limit=self.pids_limit, cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],
-            network_mode=net, shm_size=256 << 20, init=False,
+            network_mode=net, shm_size=256 << 20,  # init: the image runs tini itself
             port_bindings={GUEST_PORT: ("0.0.0.0", None)} if remote else None)  # noqa: S104 - remote engines: token-guarded
         w, h = self.size
         created = api.create_container(
@@ -219,21 +247,25 @@ class DockerEnvironment:
             host_config=host_config, ports=[GUEST_PORT] if remote else None,
             labels={LABEL: "desktop", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
                     f"{LABEL}.run": _RUN_ID, f"{LABEL}.worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
-        self._container = created["Id"]
-        # attached before start: when this socket closes (close(), or this process dying), stdin closes (StdinOnce)
-        self._stdin = api.attach_socket(self._container, params={"stdin": 1, "stream": 1})
-        api.start(self._container)
-        info = api.inspect_container(self._container)
-        if remote:
-            binding = (info["NetworkSettings"]["Ports"].get(f"{GUEST_PORT}/tcp") or [{}])[0]
-            address, port = urllib.parse.urlsplit(self.engine).hostname or "localhost", binding.get("HostPort")
-        else:
-            address, port = info["NetworkSettings"]["Networks"][net]["IPAddress"], GUEST_PORT
-        url = f"http://{address}:{port}"
-        self._wait_ready(url)
-        return url, token
+        box = _Container(created["Id"], None, "", token, net)
+        try:
+            # attached before start: when this socket closes (close(), or this process dying), stdin closes
+            # (StdinOnce), the entry point exits and auto-remove deletes the container
+            box.stdin = api.attach_socket(box.id, params={"stdin": 1, "stream": 1})
+            api.start(box.id)
+            info = api.inspect_container(box.id)
+            if remote:
+                binding = (info["NetworkSettings"]["Ports"].get(f"{GUEST_PORT}/tcp") or [{}])[0]
+                address, port = urllib.parse.urlsplit(self.engine).hostname or "localhost", binding.get("HostPort")
+            else:
+                address, port = info["NetworkSettings"]["Networks"][net]["IPAddress"], GUEST_PORT
+        except BaseException:
+            self._remove(box)
+            raise
+        box.url = f"http://{address}:{port}"
+        return box
 
-    def _wait_ready(self, url: str) -> None:
+    def _wait_ready(self, box: _Container) -> None:
         import urllib.error
         import urllib.request
 
@@ -241,47 +273,47 @@ class DockerEnvironment:
         deadline = time.monotonic() + self.ready_timeout
         while True:
             try:
-                with opener.open(url + "/health", timeout=5) as resp:
+                with opener.open(box.url + "/health", timeout=5) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 pass
-            state = self._state()
+            state = self._state(box.id)
             if state not in ("running", "created"):
-                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs()}")
+                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs(box.id)}")
             if time.monotonic() > deadline:
                 raise EnvError(f"docker: the desktop container did not serve within {self.ready_timeout:g} s: "
-                               f"{self._logs()}")
+                               f"{self._logs(box.id)}")
             time.sleep(0.05)
 
-    def _state(self) -> str:
+    def _state(self, container: str) -> str:
         try:
-            return self._client.api.inspect_container(self._container)["State"]["Status"]
+            return self._client.api.inspect_container(container)["State"]["Status"]
         except Exception:  # noqa: BLE001 - gone (auto-removed) or the engine failed
             return "removed"
 
-    def _logs(self) -> str:
+    def _logs(self, container: str) -> str:
         try:
-            return self._client.api.logs(self._container, tail=30).decode(errors="replace").strip()[-1500:]
+            return self._client.api.logs(container, tail=30).decode(errors="replace").strip()[-1500:]
         except Exception:  # noqa: BLE001 - removed already: nothing to show
             return "(no logs: the container is gone)"
 
-    def _remove_container(self) -> None:
-        self._guest = None
-        stdin, self._stdin = self._stdin, None
-        container, self._container = self._container, None
-        if container is not None:
-            with contextlib.suppress(Exception):  # already gone: auto-remove, or its stdin closed it
-                self._client.api.remove_container(container, force=True)
-        if stdin is not None:
+    def _remove(self, box: _Container | None) -> None:
+        if box is None:
+            return
+        with contextlib.suppress(Exception):  # already gone: auto-remove, or its stdin closed it
+            self._client.api.remove_container(box.id, force=True)
+        if box.stdin is not None:
             with contextlib.suppress(OSError):
-                stdin.close()
+                box.stdin.close()
 
     def close(self) -> None:
         if self._client is None:
             return
         try:
-            self._remove_container()
+            for box in (self._current, self._spare):
+                self._remove(box)
+            self._current = self._spare = self._guest = None
         finally:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -296,7 +328,7 @@ class DockerEnvironment:
 
     @property
     def container_id(self) -> str | None:
-        return self._container
+        return self._current.id if self._current is not None else None
 
     def execute(self, action: Action) -> float:
         """The xvfb provider's xdotool commands (envs/xdotool.py), run in the container through /execute: the
