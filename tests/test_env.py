@@ -11,7 +11,8 @@ import pytest
 from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.xvfb import DESKTOP_MENU, GUEST_HOME, XvfbEnvironment
+from pytest_retrace.envs.desktop import DESKTOP_MENU
+from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
 
 from .conftest import retrace_processes
 

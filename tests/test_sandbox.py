@@ -22,8 +22,9 @@ import pytest
 from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.desktop import DESKTOP_MENU
 from pytest_retrace.envs.sandbox import NPROC_LIMIT, available
-from pytest_retrace.envs.xvfb import DESKTOP_MENU, XvfbEnvironment
+from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.evaluators import evaluate
 
 from .conftest import REPO

@@ -38,7 +38,7 @@ from ..settle import Rect, SettleConfig, wait_stable
 from ..setup_steps import TaskSetup
 from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
-from .desktop import DESKTOP_MENU, OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
+from .desktop import OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
 from .xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, type_command, typable
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
