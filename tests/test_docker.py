@@ -121,6 +121,21 @@ def test_each_case_gets_a_fresh_container(env: DockerEnvironment, client, tmp_pa
     assert "keycode  38 = a A" in env.run("xmodmap -pke").stdout
 
 
+def test_the_spare_is_a_fresh_container_too(client, tmp_path: Path) -> None:
+    env = DockerEnvironment(size=SIZE, settle=FAST, spare=True)
+    env.start()
+    try:
+        env.reset(Task("t"), tmp_path)
+        env.run("echo left > ~/left-behind; echo x > /tmp/left-behind; xmodmap -e 'keycode 38 = z'")
+        first = env.container_id
+        env.reset(Task("t2"), tmp_path)
+        assert env.container_id != first and _gone(client, first)
+        assert env.read_file("~/left-behind") is None and env.read_file("/tmp/left-behind") is None
+        assert "keycode  38 = a A" in env.run("xmodmap -pke").stdout
+    finally:
+        env.close()
+
+
 def test_the_agent_cannot_end_its_own_desktop(env: DockerEnvironment, tmp_path: Path) -> None:
     """Everything of the task runs as `user`; the guest server and the X server are root's, so an agent that
     kills all it can still has a desktop (its case fails, it does not become an infrastructure error)."""
@@ -161,7 +176,7 @@ def _owned_by(client, pid: int) -> list:
 
 
 def test_close_removes_the_container_and_the_spare(client, tmp_path: Path) -> None:
-    env = DockerEnvironment(size=SIZE, settle=FAST)
+    env = DockerEnvironment(size=SIZE, settle=FAST, spare=True)
     env.start()
     env.reset(Task("t"), tmp_path)
     mine = _owned_by(client, os.getpid())
@@ -179,7 +194,7 @@ from pytest_retrace.envs.docker import DockerEnvironment
 from pytest_retrace.settle import SettleConfig
 class Task:
     id = "t"; setup = []; network = False
-env = DockerEnvironment(size=(640, 480), settle=SettleConfig(timeout=5.0, quiet=0.2, interval=0.03))
+env = DockerEnvironment(size=(640, 480), settle=SettleConfig(timeout=5.0, quiet=0.2, interval=0.03), spare=True)
 env.start()
 env.reset(Task(), Path("."))
 print(env.container_id, flush=True)

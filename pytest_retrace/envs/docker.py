@@ -8,9 +8,11 @@
   setup), so both paths are the same code; actions are the xvfb provider's own xdotool commands
   (envs/xdotool.py) sent through /execute, so the X server sees the same events as on the local desktop.
 - **Reset recreates the container** from the image: nothing of the previous case can survive (files, processes,
-  X server state, anything the agent changed anywhere in the container's file system). The next case's
-  container is started at the end of each reset and boots while the case runs (``spare``): untouched but by
-  its own boot, it is what a container created at the next reset would be. Measured cost in
+  X server state, anything the agent changed anywhere in the container's file system). With ``spare``
+  (off by default) the next case's container is started at the end of each reset and boots while the case
+  runs: untouched but by its own boot, it is what a container created at the next reset would be, and the
+  reset is ~1 s shorter; but its boot loads the machine exactly while the case's prefix replays, and one
+  timing-sensitive built-in case then desynced (4 of 12 at -n 8; 0 of 12 without). Measured cost in
   benchmarks/bench_docker.py.
 - **One container per worker** at a time, on the worker's engine: ``hosts`` is a list of engines
   (``unix:///var/run/docker.sock``, ``tcp://10.0.0.5:2376``, ``ssh://user@host``), worker ``gwN`` uses
@@ -31,7 +33,7 @@
 Options (``--retrace-env-option KEY=VALUE`` or ``envs/NAME.yaml``): ``image`` (a prebuilt desktop image, not
 built here), ``hosts``, ``memory`` (``"4g"`` or bytes), ``cpus``, ``pids_limit``, ``timeout`` (seconds one
 request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve), ``spare``
-(boot the next case's container during this one; default true).
+(boot the next case's container during this one; default false).
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class DockerEnvironment:
     def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
                  hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
-                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = True) -> None:
+                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = False) -> None:
         if network not in NETWORKS:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORKS)}")
         self.size = (int(size[0]), int(size[1]))
