@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
     bld.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
     bld.add_argument("--catalogue", metavar="FILE", help="the mistake catalogue (default: the shipped one, "
-                     "pytest_retrace/build/perturbations.yaml); entries apply to the domains they name")
+                     "pytest_retrace/build/perturbations/); entries apply to the domains they name")
     bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")
     bld.add_argument("--out", default="cases", help="where the final case files are written (replaced)")
     bld.add_argument("--replays", type=int, default=3, help="N for transition-consistent filtering")

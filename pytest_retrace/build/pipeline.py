@@ -29,19 +29,22 @@ from typing import Any
 
 import numpy as np
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from ..actions import Action, parse_action
 from ..cases import Task, load_png
 from ..envs import EnvError, Environment
 from ..evaluators import evaluate
+from ..probes import Getter
 from ..setup_steps import FileStep
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
 from .verify import Rejected, measured_kind, verify_candidate
 
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
-CATALOGUE = Path(__file__).with_name("perturbations.yaml")
+CATALOGUE = Path(__file__).with_name("perturbations")  # one file per group of apps
 D_FOR_HORIZON = {"short": 1, "long": 5}
 INTENTS = ("visible", "hidden-state", "visual-only")
+_GETTERS: TypeAdapter[Getter] = TypeAdapter(Getter)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Perturbation:
     intent: str
     mistake: str
     actions: tuple[Action, ...]
+    probes: tuple[Getter, ...] = ()  # getters that may see what this mistake changed off screen
 
     @property
     def d(self) -> int:
@@ -59,7 +63,19 @@ class Perturbation:
 
 
 def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
-    """The mistake catalogue; a malformed entry is a ValueError naming the file, the entry and the field."""
+    """The mistake catalogue: a YAML file, or a directory of them (read in name order). A malformed entry is
+    a ValueError naming the file, the entry and the field; names must be unique across the files."""
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    out: list[Perturbation] = []
+    for file in files:
+        for p in _load_catalogue_file(file):
+            if any(q.name == p.name for q in out):
+                raise ValueError(f"{file}: entry {p.name}: the name is used twice in the catalogue {path}")
+            out.append(p)
+    return out
+
+
+def _load_catalogue_file(path: Path) -> list[Perturbation]:
     raw_entries = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(raw_entries, list):
         raise ValueError(f"{path}: expected a list of perturbations")
@@ -81,7 +97,15 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
             actions = tuple(a for item in raw["actions"] for a in parse_action(item))
         except ValueError as exc:
             raise ValueError(f"{where}: actions: {exc}") from None
-        p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions)
+        unknown = set(raw) - {"name", "domains", "horizon", "intent", "mistake", "actions", "probes"}
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        try:
+            probes = tuple(_GETTERS.validate_python(g) for g in raw.get("probes") or [])
+        except ValidationError as exc:
+            raise ValueError(f"{where}: probes: {exc.errors()[0]['msg']}") from None
+        p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions,
+                         probes)
         if not 1 <= len(p.actions) <= p.d:
             raise ValueError(f"{where}: actions: a {p.horizon}-horizon mistake needs 1..{p.d} actions, "
                              f"got {len(p.actions)}")

@@ -1,0 +1,79 @@
+"""Error-state probes: a check of a case's state beyond its pixels (a file's hash, a command's output).
+
+An error screen equal to its target screen proves nothing about the perturbation: the harness could not tell
+whether it took effect. A probe is a getter whose value the case recorded at s_target; replay requires the
+value to differ after the perturbation (part of verifying s_error: otherwise the perturbation did not happen,
+an infrastructure problem) and records whether it equals the target value again after the recovery (the
+oracle's restore must bring it back, the noop baseline must not).
+
+The metric is equality of digests: a value is ``sha256:<hex>`` of the file's bytes (or of ``missing``), or
+of a command's exit status and output, so a case file stays small whatever the getter returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .setup_steps import Line, Text, Timeout
+
+if TYPE_CHECKING:
+    from .envs import Environment
+
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FileGetter(_Model):
+    """A file of the task (``~/…``): its bytes, or that it is missing."""
+
+    type: Literal["file"]
+    path: Line
+
+    def describe(self) -> str:
+        return f"file {self.path}"
+
+
+class CommandGetter(_Model):
+    """A shell command run in the task (as the task's user, in its home): its exit status and stdout."""
+
+    type: Literal["command"]
+    command: Text
+    timeout: Timeout = 10.0
+
+    def describe(self) -> str:
+        return f"command {self.command!r}"
+
+
+Getter = Annotated[FileGetter | CommandGetter, Field(discriminator="type")]
+
+
+class Probe(_Model):
+    get: Getter
+    target: Digest  # the getter's value at s_target
+
+    def describe(self) -> str:
+        return self.get.describe()
+
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def probe_value(env: Environment, getter: FileGetter | CommandGetter) -> str:
+    """The getter's current value in `env`. EnvError propagates (the environment failed, not the case)."""
+    from .envs import FileRefused
+
+    if isinstance(getter, FileGetter):
+        try:
+            data = env.read_file(getter.path)
+        except FileRefused as exc:
+            return digest(f"refused: {exc}".encode())
+        return digest(b"missing" if data is None else b"file:" + data)
+    got = env.run(getter.command, timeout=getter.timeout)
+    return digest(f"{got.returncode}\n".encode() + got.stdout.encode())
