@@ -34,6 +34,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 from .actions import POINTER_KINDS, Action, ActionError, parse_action
 from .evaluators import EvaluatorError, validate_evaluator
 from .evaluators.plan import Check, Group, compile_block
+from .probes import Probe
 from .setup_steps import FileStep, SetupStep, Text
 from .setup_steps import one_line as _one_line
 from .setup_steps import show as _show
@@ -174,6 +175,7 @@ class RecoveryCase(_Model):
     screenshots: Screenshots
     screen: ScreenSize = DEFAULT_SCREEN
     masks: list[Rect] = []
+    probes: list[Probe] = []  # checks of s_error beyond its pixels (probes.py)
     metadata: Annotated[dict[Any, Any], AfterValidator(_metadata)] = {}  # keys checked by _metadata
     path: Path = Path("<memory>")
 
@@ -264,6 +266,20 @@ def _local_files(plan: Group | Check) -> Iterator[tuple[str, str]]:
     for block, where in ((plan.result, plan.result_where), (plan.expected, plan.expected_where)):
         if block is not None and block.get("type") == "local_file":
             yield f"{where}.path", block["path"]
+
+
+def vm_files(evaluator: dict[str, Any]) -> list[str]:
+    """The task files (``vm_file`` getters) an evaluator reads: what a task's outcome depends on."""
+    def walk(plan: Group | Check) -> Iterator[str]:
+        if isinstance(plan, Group):
+            for item in plan.items:
+                yield from walk(item)
+            return
+        for block in (plan.result, plan.expected):
+            if block is not None and block.get("type") == "vm_file":
+                yield block["path"]
+
+    return list(dict.fromkeys(walk(compile_block(evaluator, "task.evaluator"))))
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -29,6 +29,8 @@ from .envs.config import EnvConfig, EnvConfigError, load_env_config  # noqa: E40
 from .gate import Gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
+from .settle import MODES as SETTLE_MODES  # noqa: E402
+from .settle import SettleConfig  # noqa: E402
 
 # option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X. "args" options take
 # comma-separated values and may be repeated.
@@ -49,6 +51,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "verifier": ("string", None, "model config of an LLM state verifier for states that cannot match pixel for pixel"),
     "settle": ("string", "10", "max seconds to wait for a stable screen after an action (the paper's window)"),
     "settle-quiet": ("string", "0.3", "seconds the screen must stay unchanged to count as settled"),
+    "settle-react": ("string", "1.0", "adaptive settling: seconds to wait for an action's effect to start showing"),
+    "settle-mode": ("string", "adaptive", "adaptive (wait for the effect, then for quiet) | fixed (sleep "
+                    "--retrace-settle seconds after every action, the paper's 10 s window)"),
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
     "attempts": ("string", "3", "tries to reconstruct the target/error state before an infra error"),
     "verify-tolerance": ("string", "0", "differing pixels allowed when verifying a reconstructed state"),
@@ -77,8 +82,7 @@ class Settings:
     contextualizer: ModelConfig | None  # only when an explicit-context test will run
     verifier: ModelConfig | None
     dry_run: bool
-    settle: float
-    settle_quiet: float
+    settle: SettleConfig
     ssim_threshold: float
     attempts: int
     verify_tolerance: int
@@ -150,6 +154,14 @@ def _opt(config: pytest.Config, name: str) -> Any:
     return value if value is not None else config.getini(dest)
 
 
+def _settle(config: pytest.Config) -> SettleConfig:
+    mode = str(_opt(config, "settle-mode"))
+    if mode not in SETTLE_MODES:
+        raise pytest.UsageError(f"--retrace-settle-mode: {mode!r} is not one of {', '.join(SETTLE_MODES)}")
+    return SettleConfig(timeout=_number(config, "settle", float, 0.1), quiet=_number(config, "settle-quiet", float, 0.0),
+                        react=_number(config, "settle-react", float, 0.0), mode=mode)  # type: ignore[arg-type]
+
+
 def _number(config: pytest.Config, name: str, kind: type, minimum: float) -> Any:
     raw = _opt(config, name)
     try:
@@ -216,7 +228,7 @@ def _settings(config: pytest.Config) -> Settings | None:
         budgets=tuple(dict.fromkeys(budgets or [10])),
         contextualizer=_helper(config, "contextualizer", agent_dirs) if summarised else None,
         verifier=_helper(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
-        settle=_number(config, "settle", float, 0.1), settle_quiet=_number(config, "settle-quiet", float, 0.0),
+        settle=_settle(config),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
         report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config, report_dir), network=network,
@@ -462,11 +474,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def retrace_env(request: pytest.FixtureRequest) -> Any:
     """One real desktop per process (per xdist worker), reset before every case, always torn down."""
-    from .settle import SettleConfig
-
     settings = request.config.stash[settings_key]
     env = settings.env.create(size=settings.screen, network=settings.network, hide=settings.hide,
-                              settle=SettleConfig(timeout=settings.settle, quiet=settings.settle_quiet))
+                              settle=settings.settle)
     atexit.register(env.close)  # belt and braces: also on paths that skip fixture teardown
     try:
         env.start()

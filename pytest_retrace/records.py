@@ -48,8 +48,17 @@ class Step(BaseModel):
     stage: str  # prefix, perturb, recover, suffix
     action: str
     settle: float = 0.0  # seconds until the screen was stable
+    settled: bool = True  # False: the screen still changed when the settle cap ran out
     rationale: str | None = None  # the model's words for this turn
     error: str | None = None  # why it failed: an invalid reply, an action the desktop refused
+
+
+class ProbeCheck(_Model):
+    """One of the case's error-state probes: it differed from its target value after the perturbation (else
+    the test is an infrastructure error), and whether it equals it again after the recovery."""
+
+    probe: str  # what it reads: "file ~/notes.txt", "command 'pwd'"
+    restored: bool | None = None  # None: the recovery never finished
 
 
 class Record(_Model):
@@ -77,6 +86,7 @@ class Record(_Model):
     evaluator_score: float | None = None
     evaluator_details: list[str] = []
     screen_diff: str | None = None
+    probes: list[ProbeCheck] = []
     error: Failure | None = None
     # -- how it got there
     attempts: int = 0  # reconstructions of the target / error state
@@ -120,12 +130,14 @@ class Record(_Model):
             ssim_threshold=result.ssim_threshold, evaluator_score=ev.score if ev else None,
             evaluator_details=list(ev.details) if ev else [],
             screen_diff=result.diff.describe() if result.diff else None,
+            probes=[ProbeCheck(probe=p, restored=r) for p, r in result.probes.items()],
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
             attempts=result.attempts, reconstruction=dict(result.reconstruction), agent_turns=result.agent_turns,
             actions_used=result.actions_used, invalid_steps=result.invalid_steps,
             failed_actions=result.failed_actions, cut_actions=result.cut_actions, usage=result.usage.to_dict(),
             context_usage=result.context_usage.to_dict(), timings=dict(result.timings),
-            actions=[Step(stage=s.stage, **s.action, settle=s.settle, rationale=s.rationale or None, error=s.error)
+            actions=[Step(stage=s.stage, **s.action, settle=s.settle, settled=s.settled, rationale=s.rationale or None,
+                          error=s.error)
                      for s in result.steps],
             artifacts=artifacts or {},
         )

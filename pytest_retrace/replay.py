@@ -28,6 +28,7 @@ from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observati
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
 from .evaluators import Evaluation, evaluate
+from .probes import probe_value
 from .similarity import ScreenDiff, differing_pixels, screen_diff, ssim
 from .strategies import Contextualizer, build_context
 
@@ -93,6 +94,7 @@ class StepLog:
     settle: float
     rationale: str = ""
     error: str | None = None  # why this action failed (an invalid reply, an action the desktop refused)
+    settled: bool = True  # the screen was stable before the settle cap ran out
 
 
 @dataclass
@@ -113,6 +115,7 @@ class RecoveryResult:
     failed_actions: int = 0  # actions the desktop could not complete
     cut_actions: int = 0  # actions of a turn dropped because the budget ran out
     reconstruction: dict[str, str] = field(default_factory=dict)  # state -> "pixels" | "verifier: ..."
+    probes: dict[str, bool | None] = field(default_factory=dict)  # probe -> equals its target value after recovery
     usage: Usage = field(default_factory=Usage)  # the agent's model calls
     context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls
     steps: list[StepLog] = field(default_factory=list)
@@ -164,11 +167,15 @@ def _run_actions(env: Environment, actions: list[Action], stage: str, result: Re
     for action in actions:
         before = env.screenshot() if history is not None else None
         try:
-            settle = env.execute(action)
+            settled = env.execute(action)
         except EnvError as exc:
             raise InfraError(stage, f"{action.describe()}: {exc}", kind="desync" if isinstance(exc, ActionFailed)
                              else "env") from exc
-        result.steps.append(StepLog(stage, action.to_dict(), round(settle, 4)))
+        result.steps.append(StepLog(stage, action.to_dict(), round(settled.seconds, 4), settled=settled.stable))
+        if not settled.stable:
+            # the next action, or the state check, would act on a screen still changing: not a replay
+            raise InfraError(stage, f"{action.describe()}: the screen was still changing after "
+                                    f"{settled.seconds:.1f} s (the settle cap)", kind="unsettled")
         if history is not None:
             history.append(HistoryStep(before, action))
 
@@ -193,6 +200,28 @@ def _matches(env: Environment, shot: np.ndarray, expected: np.ndarray, case: Rec
         result.reconstruction[state] = f"verifier ({off} px differ): {reason}"
         return True, ""
     return False, f"{problem}; the verifier says different: {reason}"
+
+
+PROBE_WAIT = 3.0  # seconds an app may take to write what the perturbation changed (GSettings, autosave)
+
+
+def _probes_differ(env: Environment, case: RecoveryCase) -> tuple[bool, str]:
+    """Did the perturbation take effect off screen? Every probe must leave its target value (polled: an app
+    may write a file a moment after its screen settled)."""
+    deadline = time.monotonic() + PROBE_WAIT
+    pending = list(case.probes)
+    while True:
+        try:
+            pending = [p for p in pending if probe_value(env, p.get) == p.target]
+        except EnvError as exc:
+            raise InfraError("verify", f"probe: {exc}") from exc
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if pending:
+        return False, "error state not reached: " + "; ".join(
+            f"probe {p.describe()} still has its target value after the perturbation" for p in pending)
+    return True, ""
 
 
 def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
@@ -223,6 +252,8 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
             _run_actions(env, case.perturbation, "perturb", result, history)
         with _stage(result, opts, "verify", "verify s_error") as stage:
             ok, problem = _matches(env, env.screenshot(), error, case, opts, result, "error")
+            if ok and case.probes:
+                ok, problem = _probes_differ(env, case)
             stage.failed = problem or None
         if ok:
             return
@@ -270,14 +301,29 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
         _recover(env, agent, context, opts, result)
         stage.title += f" ({result.actions_used} used)"
     with _stage(result, opts, "observe", "R_O: SSIM(recovered, target)") as stage:
-        recovered = env.screenshot()
+        try:
+            settled = env.settle()
+        except EnvError as exc:
+            raise InfraError("observe", str(exc)) from exc
+        recovered = settled.frame
         result.recovered_screenshot = recovered
         result.ssim = round(ssim(recovered, target, case.masks), 6)
-        result.r_o = result.ssim >= opts.ssim_threshold
+        # the target was a settled screen: one the agent left changing for the whole cap is not it
+        result.r_o = result.ssim >= opts.ssim_threshold and settled.stable
         result.diff = screen_diff(recovered, target, case.masks)
-        relation = ">=" if result.r_o else "<"
+        relation = ">=" if result.ssim >= opts.ssim_threshold else "<"
         stage.title = f"R_O: SSIM {result.ssim:.4f} {relation} {opts.ssim_threshold}"
+        if not settled.stable:
+            stage.title += f", but the screen never settled ({settled.seconds:.1f} s)"
         stage.failed = None if result.r_o else f"{stage.title}; {result.diff.describe()}"
+    if case.probes:
+        with _stage(result, opts, "probe", "error-state probes after the recovery") as stage:
+            try:
+                result.probes = {p.describe(): probe_value(env, p.get) == p.target for p in case.probes}
+            except EnvError as exc:
+                raise InfraError("probe", str(exc)) from exc
+            off = [name for name, restored in result.probes.items() if not restored]
+            stage.failed = ("not restored: " + ", ".join(off)) if off else None
     with _stage(result, opts, "suffix", f"suffix: {_count(case.suffix, 'remaining ground-truth action')}"):
         _run_actions(env, case.suffix, "suffix", result)
         result.suffix_len = len(case.suffix)
@@ -382,7 +428,7 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
             return executed, None, True
         result.actions_used += 1
         try:
-            settle = env.execute(action)
+            settled = env.execute(action)
         except ActionFailed as exc:  # the desktop is fine; what the agent asked could not be done
             result.failed_actions += 1
             result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
@@ -390,5 +436,7 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
         except EnvError as exc:
             raise InfraError("recover", f"{action.describe()}: {exc}") from exc
         executed += 1
-        result.steps.append(StepLog("recover", action.to_dict(), round(settle, 4), turn.rationale))
+        # a screen the agent leaves changing is its own doing: recorded, and R_O waits for a settled screen
+        result.steps.append(StepLog("recover", action.to_dict(), round(settled.seconds, 4), turn.rationale,
+                                    settled=settled.stable))
     return executed, None, False

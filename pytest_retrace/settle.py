@@ -1,8 +1,18 @@
 """Wait until the screen is stable after an action, instead of sleeping a fixed time.
 
-The paper applies a 10 s post-action settle window; sleeping 10 s after every action would make a
-case take minutes.  We poll screenshots and call the screen settled once it has not changed (outside
-masked regions) for `quiet` seconds, capped at `timeout` (the paper's window, `--retrace-settle`).
+The paper applies a fixed 10 s post-action settle window (``mode="fixed"``, ``--retrace-settle-mode fixed``);
+sleeping 10 s after every action makes a case take minutes. The adaptive mode (the default) polls screenshots:
+
+1. it waits for the action's effect to *start*: the screen differs from the one grabbed before the action,
+   for at most ``react`` seconds (an action with no visible effect costs that much);
+2. then for ``quiet`` seconds without a change,
+
+capped at ``timeout`` (the paper's window, ``--retrace-settle``). Without step 1, quiet alone declared a
+screen stable before a slow app reacted: at -n 16 a menu took longer than 0.3 s to open, and the next click
+of a replayed perturbation landed in the document instead of the menu.
+
+Whether the screen really settled before the cap is part of the result (``Settled.stable``): a replayed
+ground-truth step that did not settle is an infrastructure error, and R_O is computed on a settled screen only.
 """
 
 from __future__ import annotations
@@ -10,24 +20,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 Rect = tuple[int, int, int, int]
+MODES = ("adaptive", "fixed")
 
 
 @dataclass(frozen=True)
 class SettleConfig:
     timeout: float = 10.0  # cap: an app that animates forever must not hang the run
     quiet: float = 0.3  # how long the screen must stay unchanged
+    react: float = 1.0  # adaptive: how long to wait for an action's effect to start showing
     interval: float = 0.03  # polling period (a 1280x800 grab costs ~1-2 ms)
     tolerance: int = 0  # changed pixels still counted as "unchanged" (e.g. a blinking text cursor)
+    mode: Literal["adaptive", "fixed"] = "adaptive"
 
 
 @dataclass(frozen=True)
 class Settled:
     seconds: float
-    stable: bool  # False when the cap was hit
+    stable: bool  # False when the cap was hit while the screen still changed
     frame: np.ndarray  # the last frame grabbed (RGB): callers reuse it as the observation
 
 
@@ -45,23 +59,45 @@ def changed_pixels(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff.any(axis=2).sum() if diff.ndim == 3 else diff.sum())
 
 
-def wait_stable(grab: Callable[[], np.ndarray], cfg: SettleConfig, masks: Sequence[Rect] = ()) -> Settled:
+def _differ(a: np.ndarray, b: np.ndarray, tolerance: int) -> bool:
+    if a.shape != b.shape:
+        return True
+    return changed_pixels(a, b) > tolerance if tolerance else not np.array_equal(a, b)
+
+
+def wait_stable(grab: Callable[[], np.ndarray], cfg: SettleConfig, masks: Sequence[Rect] = (),
+                before: np.ndarray | None = None) -> Settled:
+    """Wait until the screen is stable. ``before``: the screen grabbed just before the action, whose effect
+    the adaptive mode waits to start (None: nothing is expected to happen, e.g. after a reset)."""
+    if cfg.mode == "fixed":
+        return _fixed(grab, cfg, masks)
     start = time.monotonic()
     last = apply_masks(frame := grab(), masks)
+    started = before is None or _differ(last, apply_masks(before, masks), cfg.tolerance)
     quiet_since = start
     while True:
         now = time.monotonic()
-        if now - quiet_since >= cfg.quiet:
+        quiet = now - quiet_since
+        if quiet >= cfg.quiet and (started or quiet >= cfg.react):
             return Settled(now - start, True, frame)
         if now - start >= cfg.timeout:
-            return Settled(now - start, False, frame)
+            # an action without visible effect, still quiet at the cap (react >= timeout): settled all the same
+            return Settled(now - start, quiet >= cfg.quiet, frame)
         time.sleep(cfg.interval)
         frame = grab()
         current = apply_masks(frame, masks)
-        if cfg.tolerance:
-            changed = changed_pixels(current, last) > cfg.tolerance
-        else:
-            changed = not np.array_equal(current, last)
-        if changed:
+        if _differ(current, last, cfg.tolerance):
+            started = True
             quiet_since = time.monotonic()
             last = current
+
+
+def _fixed(grab: Callable[[], np.ndarray], cfg: SettleConfig, masks: Sequence[Rect]) -> Settled:
+    """The paper's fixed window: sleep ``timeout`` seconds, then check that the screen holds still for
+    ``quiet`` seconds (so ``stable`` means the same in both modes)."""
+    start = time.monotonic()
+    time.sleep(cfg.timeout)
+    first = apply_masks(grab(), masks)
+    time.sleep(cfg.quiet)
+    frame = grab()
+    return Settled(time.monotonic() - start, not _differ(apply_masks(frame, masks), first, cfg.tolerance), frame)

@@ -94,7 +94,7 @@ def test_typing_unicode_text_reaches_the_app_exactly(env: XvfbEnvironment, text:
 def test_settled_screenshot_already_shows_the_effect_of_an_action(env: XvfbEnvironment) -> None:
     env.reset(MOUSEPAD, Path("."))
     before = env.screenshot()
-    settle = env.execute(Action("type", text="abc"))
+    settle = env.execute(Action("type", text="abc")).seconds
     after = env.screenshot()
     assert 0 < settle < env.settle_cfg.timeout
     assert not np.array_equal(before, after)

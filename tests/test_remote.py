@@ -186,7 +186,7 @@ def test_reset_setup_and_actions(guests: tuple[Guest, Guest], monkeypatch: pytes
     env.execute(Action("type", text="echo typed > ~/task/typed.txt\n"))
     env.execute(Action("type", text="echo never"))
     env.execute(Action("hotkey", keys=("ctrl", "u")))  # readline: the line is discarded
-    seconds = env.execute(Action("type", text="echo Hi! > ~/task/hotkey.txt\n"))
+    seconds = env.execute(Action("type", text="echo Hi! > ~/task/hotkey.txt\n")).seconds
     assert 0 < seconds < FAST.timeout + 1
     assert _eventually(env, "~/task/typed.txt") == b"typed\n"
     assert _eventually(env, "~/task/hotkey.txt") == b"Hi!\n"

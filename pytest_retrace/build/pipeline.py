@@ -35,10 +35,10 @@ from ..actions import Action, parse_action
 from ..cases import Task, load_png
 from ..envs import EnvError, Environment
 from ..evaluators import evaluate
-from ..probes import Getter
+from ..probes import CommandGetter, FileGetter, Getter, Probe
 from ..setup_steps import FileStep
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
-from .verify import Rejected, measured_kind, verify_candidate
+from .verify import Rejected, execute, measured_kind, verify_candidate
 
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
 CATALOGUE = Path(__file__).with_name("perturbations")  # one file per group of apps
@@ -181,6 +181,31 @@ def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path
     return task.model_copy(update={"setup": steps})
 
 
+# Every candidate is probed with these, besides the files its evaluator reads and the probes its rollout and
+# mistake name: what changed in the task's files, wherever (caches left out: an app writes them at will).
+HOME_FILES = CommandGetter(type="command", command="find . -path ./.cache -prune -o -type f -print0 | LC_ALL=C sort -z "
+                                                   "| xargs -0 -r sha256sum")
+# ... and where the task's processes are: a shell's working directory (`cd`) shows nowhere else
+PROCESS_DIRS = CommandGetter(type="command", command="for p in /proc/[0-9]*; do readlink $p/cwd; done | sort -u")
+
+
+def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
+    """The getters that may tell a candidate's error state from its target state, most specific first."""
+    from ..cases import vm_files
+
+    getters: list[Getter] = [*(getattr(p, "probes", ()) or ()), *(_GETTERS.validate_python(g) for g in traj.probes)]
+    getters += [FileGetter(type="file", path=path) for path in vm_files(traj.task.evaluator)]
+    getters += [PROCESS_DIRS, HOME_FILES]
+    return list(dict.fromkeys(getters))  # once each, in order
+
+
+def _useful_probes(found: list[Probe], keep: int = 2) -> list[Probe]:
+    """What a case carries: the most specific probes that told its states apart; the whole home's digest only
+    when nothing narrower did (it changes with anything, so it says least about what the mistake did)."""
+    narrow = [q for q in found if q.get != HOME_FILES]
+    return narrow[:keep] or found[:1]
+
+
 class Builder:
     """Runs the stages; replays are spread over one thread per environment (each thread owns one
     desktop exclusively; the work is subprocess and screenshot bound, so threads do run in parallel)."""
@@ -276,6 +301,9 @@ class Builder:
         traj = Trajectory.from_json(item)
         try:
             return self._replay_n_in(env, traj)
+        except Rejected as exc:
+            self.log(f"  {traj.id}: {exc}, excluded")
+            return exc.reason
         except EnvError as exc:
             self.log(f"  {traj.id}: environment failure, excluded: {exc}")
             return "crash"
@@ -286,7 +314,7 @@ class Builder:
             env.reset(traj.task, traj.base_dir)
             shots = [env.screenshot()]
             for action in traj.actions:
-                env.execute(action)
+                execute(env, action)
                 shots.append(env.screenshot())
             ev = evaluate(traj.task.evaluator, env, traj.base_dir)
             if not ev.passed:
@@ -357,7 +385,7 @@ class Builder:
             self._perturbers[key] = create_agent(load_model_config(p.model, self.cfg.agent_dirs))
         env.reset(traj.task, traj.base_dir)
         for action in traj.actions[:t_seed]:
-            env.execute(action)
+            execute(env, action)
         if differing_pixels(env.screenshot(), target) > 0:
             return "target not reproduced"
         context = AgentContext(instruction=traj.task.instruction, mode="perturbation", strategy="perturbation",
@@ -382,6 +410,8 @@ class Builder:
         if isinstance(p, AgentPerturbation):
             try:
                 made = self._agent_mistake(env, traj, t_seed, target, p)
+            except Rejected as exc:
+                return exc.reason
             except EnvError as exc:
                 self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
                 return "crash"
@@ -394,12 +424,13 @@ class Builder:
             # twice: a candidate whose error state or outcome varies is not a case
             got = verify_candidate(env, traj.task, traj.base_dir, traj.actions[:t_seed], actions,
                                    traj.actions[t_seed:], runs=2, threshold=self.cfg.ssim_threshold,
-                                   intent=p.intent, expect_target=target)
+                                   intent=p.intent, expect_target=target, probes=candidate_probes(traj, p))
         except Rejected as exc:
             return exc.reason
         except EnvError as exc:
             self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
             return "crash"
+        probes = _useful_probes(got.probes)
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
         _save_png(got.error, err_png)
@@ -407,7 +438,8 @@ class Builder:
         return {"id": cid, "trajectory": traj.id, "t_seed": t_seed, "perturbation": p.name, "intent": p.intent,
                 "horizon": p.horizon, "d": p.d, "actions": [a.to_dict() for a in actions], "mistake": mistake,
                 "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
-                "identical": got.identical,
+                "identical": got.identical, "probes": [q.model_dump(mode="json") for q in probes],
+                "error_state": got.error_state,
                 "target_digest": _digest(target), "error_digest": _digest(got.error), "error_png": str(err_png)}
 
     # -- 5 ----------------------------------------------------------------------------------------
@@ -416,13 +448,14 @@ class Builder:
         dropped = Counter()
         unique: dict[tuple[str, str, str], dict[str, Any]] = {}
         for cand in read_jsonl(self.path("perturb")):
-            cand["kind"] = measured_kind(cand["suffix_passes"], cand["ssim"], cand["intent"], self.cfg.ssim_threshold,
-                                         cand.get("identical", False))
+            cand["kind"] = measured_kind(cand["suffix_passes"], cand["ssim"], self.cfg.ssim_threshold,
+                                         cand["identical"])
             if cand["ssim"] >= self.cfg.near_identical and cand["kind"] != "hidden-state":
                 dropped["near-identical"] += 1
                 continue
-            task_id = trajs[cand["trajectory"]].task.id
-            key = (task_id, cand["target_digest"], cand["error_digest"])
+            # the same two screens are one case, whichever task they came from, unless what lies behind them
+            # (the files and probed state at s_error) differs
+            key = (cand["target_digest"], cand["error_digest"], cand["error_state"])
             if key in unique:
                 dropped["duplicate"] += 1
                 continue
@@ -448,6 +481,10 @@ class Builder:
             self._write_case(trajs[cand["trajectory"]], cand)
         self._finish("final", chosen, **dropped)
         self.tables(trajs, chosen)
+        pairs = {(c["target_digest"], c["error_digest"]) for c in chosen}
+        self.log(f"\n{len(chosen)} case(s): {len(pairs)} distinct (target, error) screen pairs, "
+                 f"{len({c['target_digest'] for c in chosen})} distinct targets; "
+                 f"{sum(bool(c['probes']) for c in chosen)} with error-state probes")
 
     def _write_case(self, traj: Trajectory, cand: dict[str, Any]) -> None:
         domain_dir = self.cfg.out / traj.task.domain
@@ -457,7 +494,7 @@ class Builder:
         shutil.copy(cand["error_png"], case_dir / "error.png")
         truth = {
             "visible": "the error shows on screen and the remaining gt actions fail from it",
-            "hidden-state": "the screen looks like the target (SSIM >= threshold) but the remaining gt actions "
+            "hidden-state": "the error screen equals the target pixel for pixel but the remaining gt actions "
                             "fail: only R_TC can catch it",
             "visual-only": "the remaining gt actions still succeed but the screen differs: only R_O can catch it",
             "subtle": "the error shows on screen, but too little for SSIM (>= threshold): only R_TC catches it",
@@ -471,6 +508,7 @@ class Builder:
             "perturbation": cand["actions"],
             "d": cand["d"],
             "screenshots": {"target": f"{cand['id']}/target.png", "error": f"{cand['id']}/error.png"},
+            **({"probes": cand["probes"]} if cand["probes"] else {}),
             "metadata": {
                 "source_model": traj.source.split(":")[0], "source": traj.source, "horizon": cand["horizon"],
                 "kind": cand["kind"], "intended_kind": cand["intent"], "perturbation": cand["perturbation"],

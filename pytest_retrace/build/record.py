@@ -45,9 +45,19 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     intent = case.metadata.get("intended_kind", case.metadata.get("kind"))
     try:
         got = verify_candidate(env, case.task, case.dir, case.prefix, case.perturbation, case.suffix, runs=replays,
-                               threshold=threshold, intent=intent, masks=case.masks, tolerance=tolerance)
+                               threshold=threshold, intent=intent, masks=case.masks, tolerance=tolerance,
+                               probes=[p.get for p in case.probes])
     except Rejected as exc:
         raise RecordError(f"{path}: {exc.reason}: {exc}") from None
+    found = {p.get: p.target for p in got.probes}
+    for i, probe in enumerate(case.probes):
+        if probe.get not in found:
+            raise RecordError(f"{path}: probes[{i}]: {probe.describe()} does not tell s_error from s_target on "
+                              f"every replay")
+        if found[probe.get] != probe.target:
+            raise RecordError(f"{path}: probes[{i}].target: measured {found[probe.get]} at s_target, the case "
+                              f"says {probe.target}")
+        checks.append(f"probe {probe.describe()}: its target value, and another one after the perturbation")
     checks += [f"{name} screen reproducible ({px} px differ at most over {replays} replays)"
                for name, px in got.worst_px.items()]
     checks.append(f"the error is real: the remaining gt actions {'succeed' if got.suffix_passes else 'fail'} "

@@ -35,6 +35,7 @@ class Trajectory:
     success: bool = True
     metadata: dict[str, Any] = field(default_factory=dict)
     base_dir: Path = Path(".")  # what relative paths in the task (setup src, local_file) resolve against
+    probes: list[dict[str, Any]] = field(default_factory=list)  # getters (probes.py) that may see hidden state
 
     @property
     def actions(self) -> list[Action]:
@@ -43,7 +44,7 @@ class Trajectory:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "source": self.source, "success": self.success, "metadata": self.metadata,
-            "base_dir": str(self.base_dir), "task": self.task.model_dump(mode="json"),
+            "base_dir": str(self.base_dir), "task": self.task.model_dump(mode="json"), "probes": self.probes,
             "steps": [{"action": s.action.to_dict(), "screenshot": s.screenshot, "rationale": s.rationale}
                       for s in self.steps],
         }
@@ -53,7 +54,7 @@ class Trajectory:
         return cls(
             id=data["id"], task=Task.model_validate(data["task"]), source=data["source"],
             success=data.get("success", True), metadata=data.get("metadata", {}),
-            base_dir=Path(data.get("base_dir", ".")),
+            base_dir=Path(data.get("base_dir", ".")), probes=data.get("probes", []),
             steps=[Step(Action.from_dict(s["action"]), s.get("screenshot"), s.get("rationale", ""))
                    for s in data["steps"]],
         )
@@ -90,16 +91,21 @@ def normalise_steps(raw_steps: list[Any], where: str) -> list[Step] | Dropped:
 
 def load_scripted(path: Path) -> Trajectory | Dropped:
     """A scripted forward policy: ``rollouts/<domain>/<name>.yaml`` with ``task`` and ``trajectory``."""
+    from pydantic import TypeAdapter
+
+    from ..probes import Getter
+
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         task = Task.model_validate(raw["task"])
+        probes = [TypeAdapter(Getter).validate_python(g).model_dump() for g in raw.get("probes") or []]
     except Exception as exc:  # noqa: BLE001 - any malformed file is one dropped rollout, with its reason
         return Dropped(f"scripted:{path}", f"invalid rollout file: {exc}")
     steps = normalise_steps(raw.get("trajectory") or [], f"scripted:{path}")
     if isinstance(steps, Dropped):
         return steps
     return Trajectory(id=raw.get("id", path.stem), task=task, steps=steps, source=f"scripted:{path}",
-                      metadata=raw.get("metadata", {}), base_dir=path.parent)
+                      metadata=raw.get("metadata", {}), base_dir=path.parent, probes=probes)
 
 
 def write_jsonl(path: Path, items: list[dict[str, Any]]) -> None:

@@ -6,7 +6,10 @@ from reset. It becomes a case only if
 - every run reaches the same target and error screens and the same evaluator verdict (reproducible),
 - the target is the one recorded earlier, when there is one (the pipeline's canonical screenshot),
 - the error is real: the remaining gt actions fail from it, or (visual-only) they still succeed but
-  the screen is visibly off (SSIM below R_O's threshold).
+  the screen is visibly off (SSIM below R_O's threshold);
+- an error screen equal to the target screen is verifiable: some probe (a getter: a file's hash, a
+  command's output) has one value at s_target on every run and another one at s_error on every run. Such a
+  case carries its probes, and every replay checks them (replay.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
 from ..evaluators import evaluate
+from ..probes import CommandGetter, FileGetter, Probe, digest, probe_value
 from ..similarity import differing_pixels, ssim
 
 Masks = Sequence[tuple[int, int, int, int]] | None
@@ -42,34 +46,44 @@ class Verified:
     ssim: float  # SSIM(error, target)
     kind: str  # measured: visible | subtle | hidden-state | visual-only
     identical: bool  # the error screen equals the target screen pixel for pixel (masks applied)
+    probes: list[Probe]  # probes whose value at s_error differed from their value at s_target on every run
+    error_state: str  # digest of every probe's value at s_error (first run): what lies behind the error screen
     runs: int
     worst_px: dict[str, int]  # most pixels by which a run's target / error screen differed from the first run's
 
 
-def measured_kind(suffix_passes: bool, sim: float, intent: str | None, threshold: float,
-                  identical: bool = False) -> str:
-    """Which half of the oracle R = R_TC ∧ R_O catches the error, measured, not assumed:
-    visible (both), subtle (on screen, but SSIM >= threshold: R_TC only), hidden-state (off screen: R_TC
-    only), visual-only (the remaining gt actions still succeed: R_O only). A mistake of unknown intent (the
-    perturbation agent's) is hidden-state only when its screen equals the target pixel for pixel."""
+def measured_kind(suffix_passes: bool, sim: float, threshold: float, identical: bool) -> str:
+    """Which half of the oracle R = R_TC ∧ R_O catches the error, measured, never taken from the mistake's
+    intent: visual-only (the remaining gt actions still succeed: R_O only), visible (SSIM(error, target) below
+    the threshold: both), hidden-state (the error screen equals the target pixel for pixel, masks applied:
+    R_TC only), subtle (it shows, but SSIM stays >= the threshold: R_TC only)."""
     if suffix_passes:
         return "visual-only"
     if sim < threshold:
         return "visible"
-    return "hidden-state" if intent == "hidden-state" or identical else "subtle"
+    return "hidden-state" if identical else "subtle"
+
+
+def execute(env: Environment, action: Action) -> None:
+    """One replayed action; a screen that never settled makes the run unusable as a recording."""
+    settled = env.execute(action)
+    if not settled.stable:
+        raise Rejected("unsettled", f"{action.describe()}: the screen was still changing after "
+                                    f"{settled.seconds:.1f} s")
 
 
 def replay(env: Environment, task: Task, base_dir: Path, actions: Sequence[Action]) -> None:
     """Reset to the task's initial state and execute `actions`."""
     env.reset(task, base_dir)
     for action in actions:
-        env.execute(action)
+        execute(env, action)
 
 
 def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Sequence[Action],
                      perturbation: Sequence[Action], suffix: Sequence[Action], *, runs: int,
                      threshold: float, intent: str | None = None, masks: Masks = None, tolerance: int = 0,
-                     expect_target: np.ndarray | None = None) -> Verified:
+                     expect_target: np.ndarray | None = None,
+                     probes: Sequence[FileGetter | CommandGetter] = ()) -> Verified:
     """Replay the candidate `runs` times and return what it measurably is, or raise :class:`Rejected`.
 
     A harmless mistake (the remaining gt actions still succeed) is kept as visual-only only when the
@@ -77,17 +91,23 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     EnvError propagates: a crashed desktop is the caller's to count, never a verdict on the candidate."""
     masks = list(masks or [])
     targets, errors, verdicts = [], [], []
+    at_target: list[list[str]] = []  # per run, each probe's value
+    at_error: list[list[str]] = []
     for i in range(runs):
         replay(env, task, base_dir, prefix)
         targets.append(target := env.screenshot())
         if expect_target is not None and (px := differing_pixels(target, expect_target, masks)) > tolerance:
             raise Rejected("target not reproduced", f"run {i + 1}: the target screen differs from the recorded "
                                                     f"one by {px} px")
+        at_target.append([probe_value(env, g) for g in probes])
         for action in perturbation:
-            env.execute(action)
+            execute(env, action)
         errors.append(env.screenshot())
+        # given time to change only where they are needed: an error screen equal to the target's
+        wait = 3.0 if differing_pixels(errors[-1], targets[-1], masks) == 0 else 0.0
+        at_error.append(_settled_values(env, probes, at_target[-1], wait))
         for action in suffix:
-            env.execute(action)
+            execute(env, action)
         verdicts.append(evaluate(task.evaluator, env, base_dir).passed)
     worst = {name: max((differing_pixels(shots[0], s, masks) for s in shots[1:]), default=0)
              for name, shots in (("target", targets), ("error", errors))}
@@ -99,11 +119,30 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     passed = verdicts[0]
     sim = ssim(errors[0], targets[0], masks)
     identical = differing_pixels(errors[0], targets[0], masks) == 0
+    found = [Probe(get=g, target=at_target[0][j]) for j, g in enumerate(probes)
+             if len({t[j] for t in at_target}) == 1 and all(e[j] != at_target[0][j] for e in at_error)]
+    if identical and not found:
+        raise Rejected("unverifiable", "the error screen equals the target screen and no probe tells them apart "
+                                       f"(tried: {', '.join(g.describe() for g in probes) or 'none'})")
     if passed and sim >= threshold:
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state and its "
                                        f"screen matches the target (SSIM {sim:.4f} >= {threshold})")
     if passed and intent not in (None, "visual-only"):
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state (intended "
                                        f"{intent}; a harmless mistake is kept only if meant to be visual-only)")
-    return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, intent, threshold, identical),
-                    identical, runs, worst)
+    return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, threshold, identical),
+                    identical, found, digest("\n".join(at_error[0]).encode()), runs, worst)
+
+
+def _settled_values(env: Environment, probes: Sequence[FileGetter | CommandGetter], target: list[str],
+                    wait: float) -> list[str]:
+    """The probes' values after a perturbation, given up to `wait` seconds for one to leave its target value
+    (an app may write a file after its screen settled), as replay does when it checks them."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        values = [probe_value(env, g) for g in probes]
+        if any(v != t for v, t in zip(values, target)) or time.monotonic() >= deadline:
+            return values
+        time.sleep(0.2)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..actions import Action
+    from ..settle import Settled
     from ..setup_steps import TaskSetup
 
 Rect = tuple[int, int, int, int]  # x, y, w, h
@@ -79,13 +80,15 @@ class Environment(Protocol):
         ``masks`` are the regions settling ignores until the next reset (a clock, a blinking cursor)."""
         ...
 
-    def execute(self, action: Action) -> float:
-        """Perform one action and wait until the screen settles; return the settle time in seconds.
+    def execute(self, action: Action) -> Settled:
+        """Perform one action and wait until the screen settles (settle.py: for the action's effect to start,
+        then for quiet); return how long that took and whether the screen really settled before the cap.
         Raises ActionFailed when the action cannot complete but the environment is fine, EnvError otherwise."""
         ...
 
-    def settle(self) -> float:
-        """Wait until the screen is stable (masked regions ignored); the seconds it took."""
+    def settle(self, before: np.ndarray | None = None) -> Settled:
+        """Wait until the screen is stable (masked regions ignored); ``before``: the screen before an action
+        whose effect to wait for."""
         ...
 
     def screenshot(self) -> np.ndarray: ...

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..actions import Action
-from ..settle import Rect, SettleConfig
+from ..settle import Rect, SettleConfig, Settled
 from ..setup_steps import TaskSetup
 from . import CommandResult, EnvError, check_on_screen
 from .remote import RemoteEnvironment, worker_index
@@ -332,7 +332,7 @@ class DockerEnvironment:
     def container_id(self) -> str | None:
         return self._current.id if self._current is not None else None
 
-    def execute(self, action: Action) -> float:
+    def execute(self, action: Action) -> Settled:
         """The xvfb provider's xdotool commands (envs/xdotool.py), run in the container through /execute: the
         same events as on the local desktop, without a Python start per action (measured: 0.63 s per action
         with pyautogui's path, benchmarks/bench_docker.py). Text the keymap lacks takes pyautogui's path."""
@@ -340,14 +340,15 @@ class DockerEnvironment:
         check_on_screen(action, self.size)
         if action.kind == "type" and not typable(action.text):
             return guest.execute(action)
+        before = guest.screenshot()
         if action.kind == "wait":
             time.sleep(action.seconds)
         for args, timeout in commands(action):
             guest.perform(["xdotool", *args], action.describe(), timeout)
-        return guest.settle()
+        return guest.settle(before)
 
-    def settle(self) -> float:
-        return self.guest.settle()
+    def settle(self, before: np.ndarray | None = None) -> Settled:
+        return self.guest.settle(before)
 
     def screenshot(self) -> np.ndarray:
         return self.guest.screenshot()

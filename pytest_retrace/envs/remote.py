@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..actions import Action
-from ..settle import Rect, SettleConfig, wait_stable
+from ..settle import Rect, SettleConfig, Settled, wait_stable
 from ..setup_steps import GUEST_HOME, TaskSetup
 from . import ActionFailed, CommandResult, EnvError, FileRefused, check_on_screen
 from .guestfs import MAX_READ
@@ -391,8 +391,9 @@ class RemoteEnvironment:
             raise failure(f"{what} failed on the guest (exit {res.get('returncode')}): {detail[-300:]}")
 
     # -- input and output --------------------------------------------------------------------------
-    def execute(self, action: Action) -> float:
+    def execute(self, action: Action) -> Settled:
         check_on_screen(action, self.size)
+        before = self.screenshot()
         if action.kind == "wait":
             time.sleep(action.seconds)
         program = action_program(action)
@@ -401,7 +402,7 @@ class RemoteEnvironment:
             work = (0.05 * len(a.text) + 0.05 * len(a.keys) * a.presses + 0.05 * (abs(a.dx) + abs(a.dy))
                     + a.seconds * a.presses)
             self._program(program, action.describe(), work=work)
-        return self.settle()
+        return self.settle(before)
 
     def screenshot(self) -> np.ndarray:
         from PIL import Image, UnidentifiedImageError
@@ -415,8 +416,8 @@ class RemoteEnvironment:
         except (UnidentifiedImageError, OSError, ValueError) as exc:
             raise EnvError(f"{self.url}/screenshot: not an image: {exc}") from None
 
-    def settle(self) -> float:
-        return wait_stable(self.screenshot, self.settle_cfg, self.masks).seconds
+    def settle(self, before: np.ndarray | None = None) -> Settled:
+        return wait_stable(self.screenshot, self.settle_cfg, self.masks, before)
 
     def cursor_position(self) -> tuple[int, int]:
         reply = self.client.request("GET", "/cursor_position")

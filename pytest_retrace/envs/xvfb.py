@@ -34,7 +34,7 @@ from typing import IO
 import numpy as np
 
 from ..actions import Action
-from ..settle import Rect, SettleConfig, wait_stable
+from ..settle import Rect, SettleConfig, Settled, wait_stable
 from ..setup_steps import TaskSetup
 from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
@@ -375,8 +375,8 @@ class XvfbEnvironment:
         # BGRA -> RGB without a copy per channel
         return np.asarray(shot, dtype=np.uint8)[..., 2::-1].copy()
 
-    def settle(self) -> float:
-        return wait_stable(self.screenshot, self.settle_cfg, self.masks).seconds
+    def settle(self, before: np.ndarray | None = None) -> Settled:
+        return wait_stable(self.screenshot, self.settle_cfg, self.masks, before)
 
     def cursor_position(self) -> tuple[int, int]:
         res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(), capture_output=True,
@@ -387,9 +387,10 @@ class XvfbEnvironment:
         except (KeyError, ValueError):
             raise EnvError(f"xdotool getmouselocation failed: {res.stderr.strip()}") from None
 
-    def execute(self, action: Action) -> float:
+    def execute(self, action: Action) -> Settled:
         self._check_alive()
         check_on_screen(action, self.size)
+        before = self.screenshot()
         if action.kind == "wait":
             time.sleep(action.seconds)
         elif action.kind == "type" and not typable(action.text):
@@ -408,7 +409,7 @@ class XvfbEnvironment:
         else:
             for args, timeout in commands(action):
                 self._xdotool(args, timeout=timeout)
-        return self.settle()
+        return self.settle(before)
 
     def _xdotool(self, args: list[str], timeout: float = BASE_TIMEOUT) -> None:
         try:

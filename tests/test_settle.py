@@ -1,0 +1,87 @@
+"""Settling: an action's effect must have shown before a screen counts as settled, whether it really settled
+is reported, and the paper's fixed window is available. Timing logic on scripted frame sequences, then the
+slow-app case on a real desktop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_retrace.actions import Action
+from pytest_retrace.cases import Task
+from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.settle import SettleConfig, wait_stable
+
+A = np.zeros((4, 4, 3), np.uint8)
+B = np.full((4, 4, 3), 255, np.uint8)
+
+
+def screen(*phases: tuple[float, np.ndarray]):
+    """A grab function showing each frame from its start time on (seconds after creation)."""
+    t0 = time.monotonic()
+
+    def grab() -> np.ndarray:
+        now = time.monotonic() - t0
+        return [frame for start, frame in phases if start <= now][-1]
+
+    return grab
+
+
+def test_a_slow_app_is_waited_for_not_declared_settled_by_its_first_quiet_moment() -> None:
+    # the app reacts 0.5 s after the action: quiet alone (0.1 s) would return the old frame
+    quiet_only = wait_stable(screen((0, A), (0.5, B)), SettleConfig(quiet=0.1, react=0.0), before=A)
+    assert quiet_only.stable and np.array_equal(quiet_only.frame, A)
+    got = wait_stable(screen((0, A), (0.5, B)), SettleConfig(quiet=0.1, react=1.0), before=A)
+    assert got.stable and np.array_equal(got.frame, B) and 0.5 <= got.seconds < 1.0
+
+
+def test_an_action_without_visible_effect_costs_the_react_window_and_is_settled() -> None:
+    got = wait_stable(screen((0, A)), SettleConfig(quiet=0.1, react=0.4), before=A)
+    assert got.stable and 0.4 <= got.seconds < 0.6
+    # without a `before` screen (after a reset) nothing is awaited: quiet only
+    assert wait_stable(screen((0, A)), SettleConfig(quiet=0.1, react=0.4)).seconds < 0.3
+
+
+def test_a_screen_that_never_stops_changing_is_reported_unsettled_at_the_cap() -> None:
+    t0 = time.monotonic()
+
+    def flicker() -> np.ndarray:
+        return A if int((time.monotonic() - t0) / 0.05) % 2 else B
+
+    got = wait_stable(flicker, SettleConfig(timeout=0.5, quiet=0.2, react=0.1), before=A)
+    assert not got.stable and 0.5 <= got.seconds < 0.8
+
+
+def test_fixed_mode_waits_the_whole_window_then_checks_the_screen_holds_still() -> None:
+    got = wait_stable(screen((0, A), (0.1, B)), SettleConfig(timeout=0.3, quiet=0.1, mode="fixed"), before=A)
+    assert got.stable and np.array_equal(got.frame, B) and got.seconds >= 0.4
+    changing = wait_stable(screen((0, A), (0.35, B)), SettleConfig(timeout=0.3, quiet=0.1, mode="fixed"))
+    assert not changing.stable
+
+
+@pytest.mark.desktop
+@pytest.mark.parametrize("react", [0.0, 1.5])
+def test_on_a_real_desktop_the_settled_screen_shows_a_late_reaction(react: float) -> None:
+    """xterm runs a program that answers Return only 0.6 s later, showing nothing before (no echo): with the
+    quiet window alone (react 0) the settled screen is the one before the answer."""
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3, react=react))
+    env.start()
+    try:
+        program = "stty -echo; read line; sleep 0.6; echo REACTED; sleep 600"
+        env.reset(Task.model_validate({
+            "id": "slow", "instruction": "x", "domain": "test",
+            "setup": [{"type": "launch", "command": ["xterm", "-e", "bash", "-c", program], "window": "xterm"}],
+            "evaluator": {"func": "exact_match", "result": {"type": "rule", "rules": 1},
+                          "expected": {"type": "rule", "rules": 1}}}), Path("."))
+        before = env.screenshot()
+        settled = env.execute(Action("key", keys=("enter",)))
+        reacted = not np.array_equal(settled.frame, before)
+        assert settled.stable
+        assert reacted == (react > 0), f"react={react}: settled after {settled.seconds:.2f} s, reacted={reacted}"
+        time.sleep(1.0)
+        assert not np.array_equal(env.screenshot(), before), "the program never answered"
+    finally:
+        env.close()
