@@ -701,7 +701,7 @@ def test_negate_option_and_block(two_files: LocalEnv) -> None:
             r"^evaluator\.func \(check_json_key\): expected must be",
         ),
         (check("check_ini_key", file("~/a"), {"keys": {"nosection": 1}}), r"is not 'section/key'"),
-        (check("compare_cells", file("~/a.ods"), cells({"A1": 1})), r"unsupported spreadsheet format 'ods'"),
+        (check("compare_cells", file("~/a.numbers"), cells({"A1": 1})), r"unsupported spreadsheet format .numbers."),
         (check("compare_cells", file("~/a"), cells({"A1": 1})), r"cannot tell the spreadsheet format"),
         (check("compare_cells", file("~/a.csv"), cells({"A0": 1})), r"not a cell reference: 'A0'"),
         (check("compare_text_file", file("~/a")), r"expected is required"),

@@ -1,4 +1,9 @@
-"""Spreadsheet cell metrics: ``compare_cells`` (alias ``compare_cell``) over CSV, XLSX and Gnumeric."""
+"""Spreadsheet cell metrics: ``compare_cells`` (alias ``compare_cell``) over CSV/TSV, XLSX, Gnumeric and ODS.
+
+Cells are compared by value as the application computes it (a formula cell by its result: see
+sheet_readers). An expected string starting with ``=`` instead names a formula: it matches a cell holding
+that formula (case and spaces ignored; in CSV/TSV, which have no formulas, the cell's text).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
-from .sheet_readers import READERS, parse_ref
+from .sheet_readers import FORMULA_READERS, READERS, ConversionFailed, parse_ref
 from .values import as_text, mapping_or_error, short
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -85,8 +90,32 @@ def _cell_text(value: Any) -> str:
     return str(value)
 
 
+class _Formula(str):
+    """A cell's formula text, for an expected value naming a formula."""
+
+
+class _NoFormula:
+    """A cell without a formula where the case expects one: matches no formula; shows its value."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _names_formula(wanted: Any) -> bool:
+    return isinstance(wanted, str) and wanted.startswith("=")
+
+
+def _formula_key(text: str) -> str:
+    return "".join(text.split()).upper()
+
+
 def cell_matches(actual: Any, wanted: Any, abs_tol: float) -> bool:
-    """Numbers numerically (within abs_tol), booleans by truth, None as empty, other strings exactly."""
+    """Numbers numerically (within abs_tol), booleans by truth, None as empty, other strings exactly;
+    formulas (read for an expected ``=...``) by their text, ignoring case and spaces."""
+    if isinstance(actual, _NoFormula):
+        return False
+    if isinstance(actual, _Formula):
+        return _names_formula(wanted) and _formula_key(actual) == _formula_key(wanted)
     if wanted is None:
         return actual is None or actual == ""
     if isinstance(wanted, bool):
@@ -107,6 +136,10 @@ def cell_matches(actual: Any, wanted: Any, abs_tol: float) -> bool:
 
 
 def _show(actual: Any) -> str:
+    if isinstance(actual, _NoFormula):
+        return f"{_show(actual.value)} (no formula)"
+    if isinstance(actual, _Formula):
+        return f"formula {short(str(actual), 24)}"
     return "<empty>" if actual is None or actual == "" else short(actual, 24)
 
 
@@ -127,10 +160,20 @@ def compare_cells(
     _path: str | None = None,
 ) -> Score:
     """Cells of the spreadsheet (first sheet unless ``sheet``) hold the expected values."""
-    reader = READERS[resolve_format(format, _path)]
+    fmt = resolve_format(format, _path)
     wanted = _wanted_cells(expected)
     coords = {ref: parse_ref(str(ref)) for ref in wanted}
-    values = reader(_spreadsheet_bytes(result), sheet, coords.values())
+    data = _spreadsheet_bytes(result)
+    try:
+        values = READERS[fmt](data, sheet, coords.values())
+        formula_refs = [ref for ref, want in wanted.items() if _names_formula(want)]
+        if formula_refs and fmt in FORMULA_READERS:
+            formulas = FORMULA_READERS[fmt](data, sheet, [coords[ref] for ref in formula_refs])
+            for ref in formula_refs:  # such a cell is compared by its formula, not its value
+                values[coords[ref]] = _Formula(formulas[coords[ref]]) if coords[ref] in formulas else _NoFormula(
+                    values.get(coords[ref]))
+    except ConversionFailed as exc:
+        raise ConversionFailed(f"{_path or 'the spreadsheet'}: {exc}") from None
     mismatches = [
         f"{ref}: {_show(values.get(coords[ref]))} != {short(want, 24)}"
         for ref, want in wanted.items()

@@ -1,0 +1,77 @@
+"""Adaptive settling against the paper's fixed 10 s window: the same verdicts, and how much time it saves.
+
+    .venv/bin/python benchmarks/bench_settle.py [--cases 21] [--models oracle,noop,undo] [-n 16] [--settle 10]
+
+Runs the same built-in cases (every k-th case in name order, so every app is in) with the scripted baselines
+twice under pytest, once per ``--retrace-settle-mode`` (adaptive first, then fixed), each as ``retrace run``
+would, and prints side by side: wall time, tests, infrastructure errors, actions and their mean settle time,
+then whether every (case, model) verdict, R_O and R_TC is identical in both runs and the time ratio
+fixed / adaptive. No thresholds: it reports; the load average is printed with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pick(n: int) -> list[Path]:
+    files = sorted((REPO / "cases").glob("*/*.yaml"))
+    step = max(1, len(files) // n)
+    return files[::step][:n]
+
+
+def run(mode: str, cases: list[Path], models: str, workers: int, settle: float, out: Path) -> tuple[float, list[dict]]:
+    args = [sys.executable, "-m", "pytest", *map(str, cases), f"--retrace-model={models}", "-n", str(workers),
+            f"--retrace-settle-mode={mode}", f"--retrace-settle={settle}", f"--retrace-report-dir={out}",
+            f"--retrace-run={mode}", "-p", "no:cacheprovider", "-q"]
+    start = time.monotonic()
+    subprocess.run(args, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+    seconds = time.monotonic() - start
+    lines = (out / mode / "results.jsonl").read_text().splitlines()
+    return seconds, [json.loads(line) for line in lines]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=21)
+    ap.add_argument("--models", default="oracle,noop,undo")
+    ap.add_argument("-n", "--workers", type=int, default=16)
+    ap.add_argument("--settle", type=float, default=10.0, help="the fixed window and the adaptive cap (seconds)")
+    args = ap.parse_args()
+    cases = pick(args.cases)
+    print(f"{len(cases)} cases x {args.models}, -n {args.workers}, load average {os.getloadavg()[0]:.1f}")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("adaptive", "fixed"):
+            results[mode] = run(mode, cases, args.models, args.workers, args.settle, Path(tmp))
+            print(f"  {mode} done in {results[mode][0]:.0f} s, load average {os.getloadavg()[0]:.1f}")
+    print(f"\n{'mode':<10}{'wall s':>9}{'tests':>7}{'errors':>8}{'actions':>9}{'settle s/action':>17}{'unsettled':>11}")
+    verdicts = {}
+    for mode, (seconds, records) in results.items():
+        steps = [a for r in records for a in r["actions"]]
+        mean = sum(a["settle"] for a in steps) / max(1, len(steps))
+        unsettled = sum(not a.get("settled", True) for a in steps)
+        errors = sum(r["verdict"] == "error" for r in records)
+        print(f"{mode:<10}{seconds:>9.0f}{len(records):>7}{errors:>8}{len(steps):>9}{mean:>17.3f}{unsettled:>11}")
+        verdicts[mode] = {(r["case"], r["model"]): (r["verdict"], r["r_o"], r["r_tc"]) for r in records}
+    a, f = verdicts["adaptive"], verdicts["fixed"]
+    differ = sorted(k for k in a.keys() | f.keys() if a.get(k) != f.get(k))
+    print(f"\nverdicts, R_O, R_TC identical on {len(a.keys() & f.keys()) - len(differ)} of {len(a.keys() | f.keys())} "
+          f"(case, model) pairs")
+    for key in differ:
+        print(f"  differs: {key}: adaptive {a.get(key)}, fixed {f.get(key)}")
+    print(f"time ratio fixed / adaptive: {results['fixed'][0] / results['adaptive'][0]:.1f}x")
+    return 0 if not differ else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
