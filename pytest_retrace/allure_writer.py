@@ -203,9 +203,12 @@ def _actions_text(record: Record) -> str:
     lines: list[str] = []
     last_rationale = None
     for step in record.actions:
-        fields = step.model_dump(exclude={"stage", "action", "settle", "rationale", "error"}, exclude_none=True)
+        fields = step.model_dump(exclude={"stage", "action", "settle", "settled", "rationale", "error"},
+                                 exclude_none=True)
         args = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         line = f"{step.stage:8} {step.action}({args})"
+        if not step.settled:
+            line += f"  (the screen still changed after {step.settle:.1f} s)"
         if step.error:
             line += f"  !! {step.error}"
         if step.rationale and step.rationale != last_rationale:

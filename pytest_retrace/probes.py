@@ -77,3 +77,23 @@ def probe_value(env: Environment, getter: FileGetter | CommandGetter) -> str:
         return digest(b"missing" if data is None else b"file:" + data)
     got = env.run(getter.command, timeout=getter.timeout)
     return digest(f"{got.returncode}\n".encode() + got.stdout.encode())
+
+
+# Probes every candidate is tried with (the build, `retrace record`), besides the ones a mistake or rollout
+# names and the files the task's evaluator reads. What changed in the task's files, wherever (caches left
+# out: an app writes them at will) ...
+HOME_FILES = CommandGetter(type="command", command="find . -path ./.cache -prune -o -type f -print0 | LC_ALL=C sort -z "
+                                                   "| xargs -0 -r sha256sum")
+# ... and where the task's processes are: a shell's working directory (`cd`) shows nowhere else
+PROCESS_DIRS = CommandGetter(type="command", command="for p in /proc/[0-9]*; do readlink $p/cwd; done | sort -u")
+
+
+def standard_getters(evaluator_files: list[str]) -> list[FileGetter | CommandGetter]:
+    return [*(FileGetter(type="file", path=path) for path in evaluator_files), PROCESS_DIRS, HOME_FILES]
+
+
+def narrowest(found: list[Probe], keep: int = 2) -> list[Probe]:
+    """What a case carries: the most specific probes that told its states apart; the whole home's digest only
+    when nothing narrower did (it changes with anything, so it says least about what the mistake did)."""
+    narrow = [q for q in found if q.get != HOME_FILES]
+    return narrow[:keep] or found[:1]

@@ -79,3 +79,18 @@ def assert_no_leftovers(p: pytest.Pytester) -> None:
     while (left := retrace_processes(tmp)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == {}, f"processes outlived the session: {left}"
+
+
+def docker_client():
+    """A docker engine's client, or None where there is none (no SDK, no engine, no permission). Under CI
+    (RETRACE_REQUIRE_DOCKER=1) a missing engine fails the test instead: the docker tests must run there."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        return client
+    except Exception as exc:  # noqa: BLE001 - every way of not having docker here
+        if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
+        return None

@@ -26,7 +26,7 @@ from pytest_retrace.envs.docker import LABEL, NETWORKS, DockerEnvironment
 from pytest_retrace.settle import SettleConfig
 from pytest_retrace.setup_steps import FileStep, LaunchStep
 
-from .conftest import REPO
+from .conftest import REPO, docker_client
 
 SIZE = (640, 480)
 FAST = SettleConfig(timeout=5.0, quiet=0.2, interval=0.03)
@@ -34,16 +34,10 @@ TERM = ["xterm", "-title", "docker-term", "-geometry", "60x12", "-e", "bash", "-
 
 
 def _engine():
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-        return client
-    except Exception as exc:  # noqa: BLE001 - no SDK, no engine, no permission: all "no docker here"
-        if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
-        pytest.skip(f"no docker engine: {exc}")
+    client = docker_client()
+    if client is None:
+        pytest.skip("no docker engine")
+    return client
 
 
 @dataclass

@@ -30,7 +30,15 @@ def write_case(root: Path, name: str, perturbation: list[str], task: dict[str, A
 
 def test_hidden_state_case_is_recorded_with_identical_screens(env: XvfbEnvironment, tmp_path: Path) -> None:
     path = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
+    # identical screens: without a probe replay could never tell whether the mistake happened
+    with pytest.raises(RecordError, match=r"cd-away\.yaml: probes: the error screen equals the target") as exc:
+        record_case(path, env, replays=2)
+    suggested = yaml.safe_load(str(exc.value).split("add:\n", 1)[1])
+    assert [p["get"]["command"] for p in suggested["probes"]] == [
+        "for p in /proc/[0-9]*; do readlink $p/cwd; done | sort -u"]  # the shell's working directory
+    path.write_text(path.read_text() + yaml.safe_dump(suggested))
     rec = record_case(path, env, replays=2)
+    assert "probe command 'for p in" in "\n".join(rec.checks)
     assert rec.kind == "hidden-state"
     assert "the remaining gt actions fail from it; SSIM(error, target) = 1.0000" in "\n".join(rec.checks)
     case = load_case(path)  # now with its screenshots, which load_case checks against the screen size
@@ -61,14 +69,14 @@ def test_harmless_mistake_meant_as_visible_is_refused(env: XvfbEnvironment, tmp_
 
 
 def test_cli_records_the_good_case_and_names_the_broken_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    good = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
+    good = write_case(tmp_path, "output-left", ["pyautogui.write('help | head -40\\n')"])
     never = write_case(tmp_path, "never", ["pyautogui.write('zz')"], task={**TASK, "id": "never",
                        "evaluator": {**TASK["evaluator"], "expected": {"type": "rule", "rules": {"text": "y\n"}}}})
     assert cli.main(["record", str(never), str(good), "--replays", "2"]) == 1
     out = capsys.readouterr().out
     assert f"FAILED {never}: full trajectory failed the evaluator on replay 1" in out
-    assert f"recorded {good} (hidden-state)" in out  # one broken case never stops the others
-    assert (tmp_path / "cd-away" / "target.png").is_file() and not (tmp_path / "never").exists()
+    assert f"recorded {good} (visual-only)" in out  # one broken case never stops the others
+    assert (tmp_path / "output-left" / "target.png").is_file() and not (tmp_path / "never").exists()
 
 
 def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) -> None:

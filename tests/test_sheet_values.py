@@ -161,7 +161,7 @@ def test_gnumeric_corrupt_file_is_a_failed_check(home: Path, gnumeric_book: str)
 
 def fake_ssconvert(script: str) -> str:
     """A directory (readable by the unprivileged user the converter runs as) holding a fake ssconvert."""
-    bindir = tempfile.mkdtemp(prefix="retrace-fake-ssconvert-")
+    bindir = tempfile.mkdtemp(prefix="retrace-fake-ssconvert-", dir="/tmp")  # not below a 0700 TMPDIR
     os.chmod(bindir, 0o755)
     exe = Path(bindir) / "ssconvert"
     exe.write_text("#!/bin/sh\n" + script)

@@ -1,11 +1,18 @@
-"""Calibration of the built-in suite on real runs: the baselines over every case in cases/, three times.
+"""Calibration of the built-in suite on real runs (issue 11's bar), within CI's time:
 
-- composition: >= 40 cases, >= 5 domains, both horizons, >= 5 hidden-state and >= 5 visual-only cases;
-- noop recovers 0 %, oracle 100 %, undo lies strictly in between;
-- every hidden-state case: R_O true, R_TC false under noop; every visual-only case: the reverse;
-- determinism: each baseline's verdict (and R_O, R_TC) on each case is identical over 3 runs;
-- the docker environment (a fresh container of the desktop image per case) gives every baseline the same
-  verdict, R_O and R_TC on every case as xvfb's first run.
+- composition: >= 150 cases over >= 6 apps and >= 8 domains; every kind (visible, subtle, hidden-state,
+  visual-only) >= 20 cases; short (d = 1, one action) and long horizon (d = 5, 3..5 actions); kinds measured
+  (hidden-state iff the error PNG equals the target PNG), every such case carries a probe;
+- the FULL suite once, every baseline, at -n 16 on this 2-core machine: 0 infrastructure errors, noop 0 %,
+  oracle 100 %, undo strictly in between; every hidden-state (and subtle) case R_O true / R_TC false under
+  noop, every visual-only case the reverse; every probe not restored under noop and restored under the oracle;
+- determinism: a fixed SAMPLE (the first case of every domain x kind, by id) twice more, so each of its
+  (case, baseline) verdicts, R_O and R_TC is seen 3 times: 0 flips;
+- the docker environment (a fresh container per case) on the sample: the verdicts of xvfb's full run.
+
+Why not the full suite three times and under docker: at about 5 min per full run of the baselines it would
+take CI past its 45 minutes. A flip is a property of a case's apps and timing, which the sample covers per
+domain and kind; the full run at -n 16 is the harshest load, where a timing problem shows as an error.
 """
 
 from __future__ import annotations
@@ -18,30 +25,46 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+from PIL import Image
+
 from pytest_retrace.cases import load_case
 
-from .conftest import REPO
+from .conftest import REPO, docker_client
 
-RUNS = 3
 MODELS = ("noop", "oracle", "undo")
-CASES = [load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))]
+FILES = sorted((REPO / "cases").glob("*/*.yaml"))
+CASES = {p: load_case(p) for p in FILES}
+KINDS = ("visible", "subtle", "hidden-state", "visual-only")
 
 
-def run_suite(reports: Path, env: str = "xvfb", runs: int = RUNS, workers: int = 2) -> list[list[dict]]:
-    out = []
-    for i in range(runs):
-        start = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", f"--retrace-model={','.join(MODELS)}", f"--retrace-run={env}{i}",
-             f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", str(workers), "-p", "no:cacheprovider",
-             "-q"],
-            cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=3000,
-        )
-        print(f"{env} run {i}: exit {proc.returncode} in {time.monotonic() - start:.0f} s")
-        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-        lines = (reports / f"{env}{i}" / "results.jsonl").read_text().splitlines()
-        out.append([json.loads(line) for line in lines])
-    return out
+def sample() -> list[Path]:
+    first: dict[tuple[str, str], Path] = {}
+    for path, case in sorted(CASES.items(), key=lambda item: item[1].id):
+        first.setdefault((case.task.domain, case.metadata["kind"]), path)
+    return sorted(first.values())
+
+
+def app(case) -> str:
+    launch = next(s for s in case.task.setup if s.type == "launch")
+    command = launch.command.split() if isinstance(launch.command, str) else launch.command
+    return Path(command[0]).name
+
+
+def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env: str = "xvfb",
+              workers: int = 16) -> list[dict]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *(map(str, files) if files else []), f"--retrace-model={','.join(MODELS)}",
+         f"--retrace-run={name}", f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", str(workers),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=3000,
+    )
+    print(f"{name} ({env}, -n {workers}, {len(files or FILES)} cases): exit {proc.returncode} "
+          f"in {time.monotonic() - start:.0f} s")
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = (reports / name / "results.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
 
 
 def by_model(records: list[dict]) -> dict[str, list[dict]]:
@@ -51,106 +74,108 @@ def by_model(records: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def verdicts(records: list[dict]) -> dict[tuple[str, str], tuple]:
+    return {(r["case"], r["model"]): (r["verdict"], r["r_o"], r["r_tc"]) for r in records}
+
+
 def test_suite_composition() -> None:
-    assert len(CASES) >= 40
-    domains = {c.task.domain for c in CASES}
-    assert len(domains) >= 5, domains
-    assert {c.horizon for c in CASES} == {"short", "long"}
-    assert {c.d for c in CASES} == {1, 5}
-    kinds = [c.metadata["kind"] for c in CASES]
-    assert kinds.count("hidden-state") >= 5 and kinds.count("visual-only") >= 5
-    assert all(c.metadata.get("ground_truth") and c.metadata.get("mistake") for c in CASES)
-    assert len({c.id for c in CASES}) == len(CASES)
+    cases = list(CASES.values())
+    assert len(cases) >= 150, len(cases)
+    assert len({app(c) for c in cases}) >= 6, {app(c) for c in cases}
+    assert len({c.task.domain for c in cases}) >= 8
+    kinds = [c.metadata["kind"] for c in cases]
+    assert all(kinds.count(k) >= 20 for k in KINDS), {k: kinds.count(k) for k in KINDS}
+    assert {c.horizon for c in cases} == {"short", "long"}
+    for c in cases:
+        n = len(c.perturbation)
+        ok = (c.d, n) == (1, 1) if c.horizon == "short" else c.d == 5 and 3 <= n <= 5
+        assert ok, f"{c.id}: a {c.horizon}-horizon case with d={c.d} and {n} perturbation action(s)"
+        assert c.metadata.get("ground_truth") and c.metadata.get("mistake"), c.id
+    assert len({c.id for c in cases}) == len(cases)
 
 
-def check_every_run_is_complete_and_error_free(runs: list[list[dict]]) -> None:
-    for records in runs:
-        assert len(records) == len(CASES) * len(MODELS)
-        errors = [(r["case"], r["model"], r["error"]) for r in records if r["verdict"] == "error"]
-        assert errors == []
+def test_kinds_are_measured_and_identical_error_screens_carry_a_probe() -> None:
+    for case in CASES.values():
+        same = np.array_equal(np.asarray(Image.open(case.target_png).convert("RGB")),
+                              np.asarray(Image.open(case.error_png).convert("RGB")))
+        assert same == (case.metadata["kind"] == "hidden-state"), (case.id, case.metadata["kind"])
+        if same:
+            assert case.probes, f"{case.id}: an error screen equal to its target needs a probe"
 
 
-def check_noop_recovers_nothing_and_oracle_everything(runs: list[list[dict]]) -> None:
-    for records in runs:
-        models = by_model(records)
-        assert [r["case"] for r in models["noop"] if r["recovered"]] == []
-        assert [r["case"] for r in models["oracle"] if not r["recovered"]] == []
+def check_complete_and_error_free(records: list[dict], n_cases: int) -> None:
+    assert len(records) == n_cases * len(MODELS)
+    errors = [(r["case"], r["model"], r["error"]) for r in records if r["verdict"] == "error"]
+    assert errors == []
 
 
-def check_undo_lies_strictly_between(runs: list[list[dict]]) -> None:
-    undo = by_model(runs[0])["undo"]
-    recovered = sum(r["recovered"] for r in undo)
-    assert 0 < recovered < len(undo), f"undo recovered {recovered}/{len(undo)}"
+def check_calibration(records: list[dict]) -> None:
+    models = by_model(records)
+    assert [r["case"] for r in models["noop"] if r["recovered"]] == []
+    assert [r["case"] for r in models["oracle"] if not r["recovered"]] == []
+    recovered = sum(bool(r["recovered"]) for r in models["undo"])
+    assert 0 < recovered < len(models["undo"]), f"undo recovered {recovered}/{len(models['undo'])}"
 
 
-def check_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle(runs: list[list[dict]]) -> None:
-    kind = {c.id: c.metadata["kind"] for c in CASES}
-    noop = by_model(runs[0])["noop"]
-    hidden = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] in ("hidden-state", "subtle")]
-    visual = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "visual-only"]
-    assert sum(kind[c] == "hidden-state" for c, _, _ in hidden) >= 5 and len(visual) >= 5
-    assert all(ro and not rtc for _, ro, rtc in hidden), hidden  # only R_TC catches them
-    assert all(rtc and not ro for _, ro, rtc in visual), visual  # only R_O catches them
+def check_each_kind_needs_its_half_of_the_oracle(records: list[dict]) -> None:
+    kind = {c.id: c.metadata["kind"] for c in CASES.values()}
+    noop = by_model(records)["noop"]
+    only_tc = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] in ("hidden-state", "subtle")]
+    only_o = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "visual-only"]
+    assert all(ro and not rtc for _, ro, rtc in only_tc), [x for x in only_tc if not (x[1] and not x[2])]
+    assert all(rtc and not ro for _, ro, rtc in only_o), [x for x in only_o if not (x[2] and not x[1])]
 
 
-def check_verdicts_are_deterministic_over_three_runs(runs: list[list[dict]]) -> None:
-    seen: dict[tuple[str, str], set[tuple]] = defaultdict(set)
-    for records in runs:
-        for r in records:
-            seen[(r["case"], r["model"])].add((r["verdict"], r["r_o"], r["r_tc"]))
-    flips = {k: v for k, v in seen.items() if len(v) > 1}
-    print(f"flip count over {RUNS} runs: {len(flips)}")
-    assert flips == {}
-
-
-def check_docker_gives_the_xvfb_verdicts(runs: list[list[dict]], docker: list[dict]) -> None:
-    def verdicts(records: list[dict]) -> dict[tuple[str, str], tuple]:
-        return {(r["case"], r["model"]): (r["verdict"], r["r_o"], r["r_tc"]) for r in records}
-
-    xvfb, dock = verdicts(runs[0]), verdicts(docker)
-    assert len(dock) == len(CASES) * len(MODELS)
-    differ = {k: (xvfb.get(k), v) for k, v in dock.items() if xvfb.get(k) != v}
-    errors = {k: r["error"] for r in docker if r["verdict"] == "error" for k in [(r["case"], r["model"])]}
-    print(f"docker vs xvfb: {len(differ)} of {len(dock)} differ")
-    assert differ == {}, f"(xvfb, docker) verdict, R_O, R_TC: {differ}; docker errors: {errors}"
-
-
-def docker_engine() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=10).ping()
-        return True
-    except Exception:  # noqa: BLE001 - no SDK, no engine, no permission
-        if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
-            raise
-        return False
-
-
-CHECKS = [check_every_run_is_complete_and_error_free, check_noop_recovers_nothing_and_oracle_everything,
-          check_undo_lies_strictly_between, check_hidden_state_and_visual_only_cases_need_both_halves_of_the_oracle,
-          check_verdicts_are_deterministic_over_three_runs]
+def check_probes_fail_under_noop_and_pass_under_the_oracle(records: list[dict]) -> None:
+    with_probes = {c.id for c in CASES.values() if c.probes}
+    for r in records:
+        if r["case"] in with_probes and r["model"] in ("noop", "oracle"):
+            restored = {p["restored"] for p in r["probes"]}
+            assert restored == {r["model"] == "oracle"}, (r["case"], r["model"], r["probes"])
 
 
 def test_builtin_suite_calibration_and_determinism(tmp_path: Path) -> None:
-    # One test, not one per property: the three suite runs (~15 min) must happen once per session,
-    # on one xdist worker. Every property is checked and all failures are reported together.
-    runs = run_suite(tmp_path, workers=4)  # cases mostly wait: 4 workers on 2 cores (measured: no flips at -n 8)
+    # One test, not one per property: the runs must happen once per session, on one xdist worker. Every
+    # property is checked and all failures are reported together.
     failures = []
-    for check in CHECKS:
+
+    def check(fn, *args) -> None:
         try:
-            check(runs)
+            fn(*args)
         except AssertionError as exc:
-            failures.append(f"{check.__name__}: {exc}")
-    if docker_engine():  # required under CI (RETRACE_REQUIRE_DOCKER=1): there a missing engine raises
-        try:
-            # -n 8: containers mostly wait (settling, app starts); measured 7 min for the 159 tests here, alone
-            docker = run_suite(tmp_path, env="docker", runs=1, workers=8)[0]
-            check_docker_gives_the_xvfb_verdicts(runs, docker)
-        except AssertionError as exc:
-            failures.append(f"check_docker_gives_the_xvfb_verdicts: {exc}")
+            failures.append(f"{fn.__name__}: {exc}")
+
+    full = run_suite(tmp_path, "full", workers=16)
+    check(check_complete_and_error_free, full, len(FILES))
+    check(check_calibration, full)
+    check(check_each_kind_needs_its_half_of_the_oracle, full)
+    check(check_probes_fail_under_noop_and_pass_under_the_oracle, full)
+    picked = sample()
+    ids = {CASES[p].id for p in picked}
+    seen: dict[tuple[str, str], set[tuple]] = defaultdict(set)
+    for key, value in verdicts(full).items():
+        if key[0] in ids:
+            seen[key].add(value)
+    for i in (1, 2):
+        again = run_suite(tmp_path, f"sample{i}", files=picked, workers=8)
+        check(check_complete_and_error_free, again, len(picked))
+        for key, value in verdicts(again).items():
+            seen[key].add(value)
+    flips = {k: v for k, v in seen.items() if len(v) > 1}
+    print(f"flip count over 3 runs of {len(picked)} sampled cases: {len(flips)}")
+    if flips:
+        failures.append(f"verdicts flipped: {flips}")
+    if docker_client() is not None:  # required under CI (RETRACE_REQUIRE_DOCKER=1): there a missing engine raises
+        docker = run_suite(tmp_path, "docker", files=picked, env="docker", workers=8)
+        xvfb = verdicts(full)
+        differ = {k: (xvfb.get(k), v) for k, v in verdicts(docker).items() if xvfb.get(k) != v}
+        print(f"docker vs xvfb: {len(differ)} of {len(docker)} differ")
+        if differ or len(docker) != len(picked) * len(MODELS):
+            errors = {(r["case"], r["model"]): r["error"] for r in docker if r["verdict"] == "error"}
+            failures.append(f"docker: (xvfb, docker) verdict, R_O, R_TC: {differ}; docker errors: {errors}")
     else:
         import warnings
 
         warnings.warn("no docker engine: the docker half of the calibration did not run", stacklevel=1)
     assert not failures, "\n".join(failures)
+

@@ -35,7 +35,7 @@ from ..actions import Action, parse_action
 from ..cases import Task, load_png
 from ..envs import EnvError, Environment
 from ..evaluators import evaluate
-from ..probes import CommandGetter, FileGetter, Getter, Probe
+from ..probes import Getter, narrowest, standard_getters
 from ..setup_steps import FileStep
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
 from .verify import Rejected, execute, measured_kind, verify_candidate
@@ -181,29 +181,13 @@ def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path
     return task.model_copy(update={"setup": steps})
 
 
-# Every candidate is probed with these, besides the files its evaluator reads and the probes its rollout and
-# mistake name: what changed in the task's files, wherever (caches left out: an app writes them at will).
-HOME_FILES = CommandGetter(type="command", command="find . -path ./.cache -prune -o -type f -print0 | LC_ALL=C sort -z "
-                                                   "| xargs -0 -r sha256sum")
-# ... and where the task's processes are: a shell's working directory (`cd`) shows nowhere else
-PROCESS_DIRS = CommandGetter(type="command", command="for p in /proc/[0-9]*; do readlink $p/cwd; done | sort -u")
-
-
 def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
     """The getters that may tell a candidate's error state from its target state, most specific first."""
     from ..cases import vm_files
 
     getters: list[Getter] = [*(getattr(p, "probes", ()) or ()), *(_GETTERS.validate_python(g) for g in traj.probes)]
-    getters += [FileGetter(type="file", path=path) for path in vm_files(traj.task.evaluator)]
-    getters += [PROCESS_DIRS, HOME_FILES]
+    getters += standard_getters(vm_files(traj.task.evaluator))
     return list(dict.fromkeys(getters))  # once each, in order
-
-
-def _useful_probes(found: list[Probe], keep: int = 2) -> list[Probe]:
-    """What a case carries: the most specific probes that told its states apart; the whole home's digest only
-    when nothing narrower did (it changes with anything, so it says least about what the mistake did)."""
-    narrow = [q for q in found if q.get != HOME_FILES]
-    return narrow[:keep] or found[:1]
 
 
 class Builder:
@@ -430,7 +414,7 @@ class Builder:
         except EnvError as exc:
             self.log(f"  {traj.id}@{t_seed} {p.name}: crash, excluded: {exc}")
             return "crash"
-        probes = _useful_probes(got.probes)
+        probes = narrowest(got.probes)
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
         _save_png(got.error, err_png)

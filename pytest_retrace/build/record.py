@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cases import RecoveryCase, load_case, outside_dir
+import yaml
+
+from ..cases import RecoveryCase, load_case, outside_dir, vm_files
+from ..probes import narrowest, standard_getters
 from ..envs import Environment
 from ..evaluators import evaluate
 from .verify import Rejected, replay, verify_candidate
@@ -46,10 +49,18 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     try:
         got = verify_candidate(env, case.task, case.dir, case.prefix, case.perturbation, case.suffix, runs=replays,
                                threshold=threshold, intent=intent, masks=case.masks, tolerance=tolerance,
-                               probes=[p.get for p in case.probes])
+                               probes=list(dict.fromkeys([*(p.get for p in case.probes),
+                                                          *standard_getters(vm_files(case.task.evaluator))])))
     except Rejected as exc:
         raise RecordError(f"{path}: {exc.reason}: {exc}") from None
     found = {p.get: p.target for p in got.probes}
+    if got.identical and not case.probes:
+        # a hidden-state case must say how replay can tell its error state from the target: suggest a probe
+        snippet = yaml.safe_dump({"probes": [q.model_dump(mode="json") for q in narrowest(got.probes)]},
+                                 sort_keys=False, width=200)
+        raise RecordError(f"{path}: probes: the error screen equals the target screen, so the case needs a probe "
+                          f"that replay can check after the perturbation; measured on {replays} replays, add:\n"
+                          f"{snippet}")
     for i, probe in enumerate(case.probes):
         if probe.get not in found:
             raise RecordError(f"{path}: probes[{i}]: {probe.describe()} does not tell s_error from s_target on "

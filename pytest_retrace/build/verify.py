@@ -119,17 +119,17 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     passed = verdicts[0]
     sim = ssim(errors[0], targets[0], masks)
     identical = differing_pixels(errors[0], targets[0], masks) == 0
-    found = [Probe(get=g, target=at_target[0][j]) for j, g in enumerate(probes)
-             if len({t[j] for t in at_target}) == 1 and all(e[j] != at_target[0][j] for e in at_error)]
-    if identical and not found:
-        raise Rejected("unverifiable", "the error screen equals the target screen and no probe tells them apart "
-                                       f"(tried: {', '.join(g.describe() for g in probes) or 'none'})")
     if passed and sim >= threshold:
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state and its "
                                        f"screen matches the target (SSIM {sim:.4f} >= {threshold})")
     if passed and intent not in (None, "visual-only"):
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state (intended "
                                        f"{intent}; a harmless mistake is kept only if meant to be visual-only)")
+    found = [Probe(get=g, target=at_target[0][j]) for j, g in enumerate(probes)
+             if len({t[j] for t in at_target}) == 1 and all(e[j] != at_target[0][j] for e in at_error)]
+    if identical and not found:
+        raise Rejected("unverifiable", "the error screen equals the target screen and no probe tells them apart "
+                                       f"(tried: {', '.join(g.describe() for g in probes) or 'none'})")
     return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, threshold, identical),
                     identical, found, digest("\n".join(at_error[0]).encode()), runs, worst)
 

@@ -277,7 +277,10 @@ def _ssconvert(data: bytes, suffix: str, out_suffix: str) -> bytes:
         raise ToolMissing("computing a Gnumeric file's formulas needs Gnumeric's ssconvert on this host "
                           "(apt-get install gnumeric)")
     prefix = _isolation()
-    with tempfile.TemporaryDirectory(prefix="retrace-ssconvert-") as tmp:
+    # dropped to nobody, the converter must reach its directory: TMPDIR may lie below a directory only we
+    # can enter (pytest's and xdist's temp dirs are 0700), so the world-traversable /tmp when there is one
+    shared = "/tmp" if "setpriv" in prefix and os.stat("/tmp").st_mode & 0o1777 == 0o1777 else None
+    with tempfile.TemporaryDirectory(prefix="retrace-ssconvert-", dir=shared) as tmp:
         src, dst = os.path.join(tmp, "in" + suffix), os.path.join(tmp, "out" + out_suffix)
         with open(src, "wb") as fh:
             fh.write(data)
