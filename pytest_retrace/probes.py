@@ -65,6 +65,25 @@ def digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def settled_values(env: Environment, getters: list[FileGetter | CommandGetter], gap: float = 0.5,
+                   timeout: float = 4.0) -> list[str]:
+    """The getters' values once they hold still: read until two reads `gap` seconds apart agree (at most
+    `timeout`). An app may write what an action changed a moment after its screen settled (GSettings' keyfile
+    is written on a timer): a value read too early is not the state's value, and the build's target value
+    read early while a recovery's is read late would make a restored probe look unrestored."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    values = [probe_value(env, g) for g in getters]
+    while time.monotonic() < deadline:
+        time.sleep(gap)
+        again = [probe_value(env, g) for g in getters]
+        if again == values:
+            break
+        values = again
+    return values
+
+
 def probe_value(env: Environment, getter: FileGetter | CommandGetter) -> str:
     """The getter's current value in `env`. EnvError propagates (the environment failed, not the case)."""
     from .envs import FileRefused

@@ -224,6 +224,18 @@ def _probes_differ(env: Environment, case: RecoveryCase) -> tuple[bool, str]:
     return True, ""
 
 
+def _probes_restored(env: Environment, case: RecoveryCase) -> dict[str, bool]:
+    """Which probes are back at their target values after the recovery. An app writes some state on its own
+    timer (mousepad's window state, seconds after start), so each gets the same grace as after the
+    perturbation: polled for up to PROBE_WAIT + 1 s until every probe is back."""
+    deadline = time.monotonic() + PROBE_WAIT + 1.0
+    while True:
+        restored = {p.describe(): probe_value(env, p.get) == p.target for p in case.probes}
+        if all(restored.values()) or time.monotonic() >= deadline:
+            return restored
+        time.sleep(0.25)
+
+
 def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
                 history: list[HistoryStep] | None = None, with_error: bool = True) -> None:
     """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times."""
@@ -319,7 +331,7 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     if case.probes:
         with _stage(result, opts, "probe", "error-state probes after the recovery") as stage:
             try:
-                result.probes = {p.describe(): probe_value(env, p.get) == p.target for p in case.probes}
+                result.probes = _probes_restored(env, case)
             except EnvError as exc:
                 raise InfraError("probe", str(exc)) from exc
             off = [name for name, restored in result.probes.items() if not restored]

@@ -247,6 +247,15 @@ class Builder:
             trajs, drops = import_osworld(root, self.cfg.osworld_examples, cache_dir=self.cfg.osworld_cache)
             kept += trajs
             dropped += drops
+        seen: dict[str, str] = {}
+        unique = []
+        for t in kept:  # an id names shots, cases and tests: a second trajectory with it would overwrite the first's
+            if t.id in seen:
+                dropped.append(Dropped(t.source, f"trajectory id {t.id!r} is already used by {seen[t.id]}"))
+            else:
+                seen[t.id] = t.source
+                unique.append(t)
+        kept = unique
         for d in dropped:
             self.log(f"  dropped {d.source}: {d.reason}")
         self._finish("rollouts", [t.to_json() for t in kept], dropped=len(dropped))
@@ -451,12 +460,18 @@ class Builder:
         chosen = []
         for domain in sorted(by_domain):
             cands = sorted(by_domain[domain], key=lambda c: c["id"])
-            # the rare kinds first, so sampling never loses the cases only one half of the oracle sees
-            rare = [c for c in cands if c["kind"] != "visible"]
-            common = [c for c in cands if c["kind"] == "visible"]
-            rng.shuffle(rare)
-            rng.shuffle(common)
-            pick = (rare + common)[: self.cfg.per_domain]
+            # kinds in turn (each shuffled with the fixed seed), so that a domain's sample keeps every kind it
+            # has, as evenly as the candidates allow, rather than the most common one
+            per_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for c in cands:
+                per_kind[c["kind"]].append(c)
+            for group in per_kind.values():
+                rng.shuffle(group)
+            pick = []
+            while len(pick) < self.cfg.per_domain and any(per_kind.values()):
+                for kind in sorted(per_kind):
+                    if per_kind[kind] and len(pick) < self.cfg.per_domain:
+                        pick.append(per_kind[kind].pop(0))
             dropped["sampled out"] += len(cands) - len(pick)
             chosen += sorted(pick, key=lambda c: c["id"])
         if self.cfg.out.exists():

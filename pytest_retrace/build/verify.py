@@ -14,6 +14,7 @@ from reset. It becomes a case only if
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,10 @@ from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
 from ..evaluators import evaluate
-from ..probes import CommandGetter, FileGetter, Probe, digest, probe_value
+from ..probes import CommandGetter, FileGetter, Probe, digest, probe_value, settled_values
 from ..similarity import differing_pixels, ssim
 
+LATE_READ = 3.0  # seconds after which a probe's target value is read again: it must not have moved
 Masks = Sequence[tuple[int, int, int, int]] | None
 
 
@@ -93,13 +95,20 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     targets, errors, verdicts = [], [], []
     at_target: list[list[str]] = []  # per run, each probe's value
     at_error: list[list[str]] = []
+    timed: set[int] = set()  # probes whose target value changed with time alone
     for i in range(runs):
         replay(env, task, base_dir, prefix)
         targets.append(target := env.screenshot())
         if expect_target is not None and (px := differing_pixels(target, expect_target, masks)) > tolerance:
             raise Rejected("target not reproduced", f"run {i + 1}: the target screen differs from the recorded "
                                                     f"one by {px} px")
-        at_target.append([probe_value(env, g) for g in probes])
+        at_target.append(settled_values(env, list(probes)) if probes else [])
+        if i == 0 and probes:
+            # a value an app rewrites on its own timer (mousepad's window state in GSettings' keyfile, seconds
+            # after start) is a clock, not the state: read again later, and a probe that moved is no probe
+            time.sleep(LATE_READ)
+            late = [probe_value(env, g) for g in probes]
+            timed = {j for j, (a, b) in enumerate(zip(at_target[0], late)) if a != b}
         for action in perturbation:
             execute(env, action)
         errors.append(env.screenshot())
@@ -126,7 +135,8 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         raise Rejected("not an error", f"the remaining gt actions still succeed from the error state (intended "
                                        f"{intent}; a harmless mistake is kept only if meant to be visual-only)")
     found = [Probe(get=g, target=at_target[0][j]) for j, g in enumerate(probes)
-             if len({t[j] for t in at_target}) == 1 and all(e[j] != at_target[0][j] for e in at_error)]
+             if j not in timed and len({t[j] for t in at_target}) == 1
+             and all(e[j] != at_target[0][j] for e in at_error)]
     if identical and not found:
         raise Rejected("unverifiable", "the error screen equals the target screen and no probe tells them apart "
                                        f"(tried: {', '.join(g.describe() for g in probes) or 'none'})")
@@ -138,7 +148,6 @@ def _settled_values(env: Environment, probes: Sequence[FileGetter | CommandGette
                     wait: float) -> list[str]:
     """The probes' values after a perturbation, given up to `wait` seconds for one to leave its target value
     (an app may write a file after its screen settled), as replay does when it checks them."""
-    import time
 
     deadline = time.monotonic() + wait
     while True:

@@ -26,6 +26,7 @@ DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Terminal", ("xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white", "-fg", "black")),
     ("Text Editor", ("mousepad",)),
     ("Spreadsheet", ("gnumeric",)),
+    ("File Manager", ("pcmanfm", "/home/user")),
 )
 
 
