@@ -40,14 +40,14 @@ from pytest_retrace.settle import SettleConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PROVIDERS = ("xvfb", "docker")
-RESET_CASE = REPO / "cases" / "app-settings" / "indent-and-save-t2-close-window.yaml"
+RESET_CASE = REPO / "cases" / "app-settings" / "indent-and-save-t1-close-window.yaml"
 # Replayed by default, in this order: one per app.
 DEFAULT_CASES = [
-    "app-settings/indent-and-save-t2-close-window",
-    "text-editor/hello-world-t1-unmaximize",
-    "terminal/greeting-t1-close-window",
-    "spreadsheet/total-t1-type-over",
-    "files/backup-t2-unmaximize",
+    "app-settings/indent-and-save-t1-close-window",
+    "text-editor/append-line-t2-unmaximize",
+    "terminal/config-file-t1-close-window",
+    "spreadsheet/add-row-t2-scroll-far",
+    "files/cleanup-tmp-t4-unmaximize",
 ]
 # Two points in the middle of mousepad's text area: nothing there reacts to hovering.
 MOVE_POINTS = ((600, 400), (680, 440))

@@ -34,7 +34,7 @@ from pytest_retrace.testing import (
 
 from .conftest import REPO
 
-CASE = load_case(REPO / "cases" / "text-editor" / "append-line-t1-stray-keys.yaml")  # one ctrl+z recovers it
+CASE = load_case(REPO / "tests" / "data" / "v1-cases" / "text-editor" / "append-line-t1-stray-keys.yaml")  # one ctrl+z recovers it
 FAST = {"initial_backoff": 0.05, "max_backoff": 0.2}
 
 # dialect -> (provider, options, reply that presses ctrl+z, reply that says it is done)
@@ -256,7 +256,7 @@ def test_the_state_verifier_accepts_a_state_that_is_not_pixel_identical_only_whe
     from pytest_retrace.agents.prompts import Prompts
     from pytest_retrace.verifier import StateVerifier
 
-    src = REPO / "cases" / "text-editor"
+    src = REPO / "tests" / "data" / "v1-cases" / "text-editor"
     shutil.copy(src / f"{CASE.id}.yaml", tmp_path)
     shutil.copytree(src / CASE.id, tmp_path / CASE.id)
     target = np.array(Image.open(tmp_path / CASE.id / "target.png").convert("RGB"))

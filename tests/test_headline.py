@@ -15,6 +15,8 @@ from pytest_retrace.testing import LoopbackServer, UndoingClaude
 from .conftest import REPO, records, summary
 
 pytest_plugins = ["pytester"]
+# two cases of the first suite (one ctrl+z recovers the first), kept as test data
+V1 = REPO / "tests" / "data" / "v1-cases" / "text-editor"
 KEY = "sk-ant-api03-" + "SECRET-do-not-leak-7f3a9c" * 2
 
 
@@ -24,8 +26,8 @@ USAGE = {"input_tokens": 1000, "output_tokens": 50, "cache_read_input_tokens": 2
 @pytest.fixture
 def suite(project: pytest.Pytester) -> pytest.Pytester:
     for case in ("append-line-t1-stray-keys", "append-line-t1-save-junk"):
-        shutil.copy(REPO / "cases" / "text-editor" / f"{case}.yaml", project.path / "cases" / "mousepad")
-        shutil.copytree(REPO / "cases" / "text-editor" / case, project.path / "cases" / "mousepad" / case)
+        shutil.copy(V1 / f"{case}.yaml", project.path / "cases" / "mousepad")
+        shutil.copytree(V1 / case, project.path / "cases" / "mousepad" / case)
     return project
 
 
