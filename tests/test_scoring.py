@@ -104,8 +104,10 @@ def test_budgets_are_test_parameters_and_count_actions_not_turns(project: pytest
 
 
 def add_builtin_case(p: pytest.Pytester, domain: str, case: str) -> None:
-    shutil.copy(REPO / "cases" / domain / f"{case}.yaml", p.path / "cases" / "mousepad")
-    shutil.copytree(REPO / "cases" / domain / case, p.path / "cases" / "mousepad" / case)
+    """A case of the first built-in suite, kept as test data (tests/data/v1-cases)."""
+    src = REPO / "tests" / "data" / "v1-cases" / domain
+    shutil.copy(src / f"{case}.yaml", p.path / "cases" / "mousepad")
+    shutil.copytree(src / case, p.path / "cases" / "mousepad" / case)
 
 
 def test_strategies_are_test_parameters_and_one_undo_recovers(project: pytest.Pytester) -> None:
