@@ -13,6 +13,7 @@ of a command's exit status and output, so a case file stays small whatever the g
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,6 +83,20 @@ def settled_values(env: Environment, getters: list[FileGetter | CommandGetter], 
             break
         values = again
     return values
+
+
+def poll(env: Environment, getters: Sequence[FileGetter | CommandGetter], done: Callable[[list[str]], bool],
+         timeout: float, interval: float = 0.2) -> list[str]:
+    """The getters' values, read again every `interval` seconds until `done(values)` or `timeout`: an app may
+    write what an action changed a moment after its screen settled, so a check of a probe waits for it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        values = [probe_value(env, g) for g in getters]
+        if done(values) or time.monotonic() >= deadline:
+            return values
+        time.sleep(interval)
 
 
 def probe_value(env: Environment, getter: FileGetter | CommandGetter) -> str:

@@ -28,7 +28,7 @@ from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observati
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
 from .evaluators import Evaluation, evaluate
-from .probes import probe_value
+from .probes import poll
 from .similarity import ScreenDiff, differing_pixels, screen_diff, ssim
 from .strategies import Contextualizer, build_context
 
@@ -206,18 +206,13 @@ PROBE_WAIT = 3.0  # seconds an app may take to write what the perturbation chang
 
 
 def _probes_differ(env: Environment, case: RecoveryCase) -> tuple[bool, str]:
-    """Did the perturbation take effect off screen? Every probe must leave its target value (polled: an app
-    may write a file a moment after its screen settled)."""
-    deadline = time.monotonic() + PROBE_WAIT
-    pending = list(case.probes)
-    while True:
-        try:
-            pending = [p for p in pending if probe_value(env, p.get) == p.target]
-        except EnvError as exc:
-            raise InfraError("verify", f"probe: {exc}") from exc
-        if not pending or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    """Did the perturbation take effect off screen? Every probe must leave its target value."""
+    targets = [p.target for p in case.probes]
+    try:
+        values = poll(env, [p.get for p in case.probes], lambda vs: all(map(str.__ne__, vs, targets)), PROBE_WAIT)
+    except EnvError as exc:
+        raise InfraError("verify", f"probe: {exc}") from exc
+    pending = [p for p, v in zip(case.probes, values) if v == p.target]
     if pending:
         return False, "error state not reached: " + "; ".join(
             f"probe {p.describe()} still has its target value after the perturbation" for p in pending)
@@ -228,12 +223,9 @@ def _probes_restored(env: Environment, case: RecoveryCase) -> dict[str, bool]:
     """Which probes are back at their target values after the recovery. An app writes some state on its own
     timer (mousepad's window state, seconds after start), so each gets the same grace as after the
     perturbation: polled for up to PROBE_WAIT + 1 s until every probe is back."""
-    deadline = time.monotonic() + PROBE_WAIT + 1.0
-    while True:
-        restored = {p.describe(): probe_value(env, p.get) == p.target for p in case.probes}
-        if all(restored.values()) or time.monotonic() >= deadline:
-            return restored
-        time.sleep(0.25)
+    targets = [p.target for p in case.probes]
+    values = poll(env, [p.get for p in case.probes], lambda vs: vs == targets, PROBE_WAIT + 1.0, interval=0.25)
+    return {p.describe(): v == p.target for p, v in zip(case.probes, values)}
 
 
 def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,

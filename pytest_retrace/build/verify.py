@@ -25,7 +25,7 @@ from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
 from ..evaluators import evaluate
-from ..probes import CommandGetter, FileGetter, Probe, digest, probe_value, settled_values
+from ..probes import CommandGetter, FileGetter, Probe, digest, poll, probe_value, settled_values
 from ..similarity import differing_pixels, ssim
 
 LATE_READ = 3.0  # seconds after which a probe's target value is read again: it must not have moved
@@ -114,7 +114,8 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         errors.append(env.screenshot())
         # given time to change only where they are needed: an error screen equal to the target's
         wait = 3.0 if differing_pixels(errors[-1], targets[-1], masks) == 0 else 0.0
-        at_error.append(_settled_values(env, probes, at_target[-1], wait))
+        target = at_target[-1]
+        at_error.append(poll(env, probes, lambda vs, t=target: any(map(str.__ne__, vs, t)), wait))
         for action in suffix:
             execute(env, action)
         verdicts.append(evaluate(task.evaluator, env, base_dir).passed)
@@ -143,15 +144,3 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, threshold, identical),
                     identical, found, digest("\n".join(at_error[0]).encode()), runs, worst)
 
-
-def _settled_values(env: Environment, probes: Sequence[FileGetter | CommandGetter], target: list[str],
-                    wait: float) -> list[str]:
-    """The probes' values after a perturbation, given up to `wait` seconds for one to leave its target value
-    (an app may write a file after its screen settled), as replay does when it checks them."""
-
-    deadline = time.monotonic() + wait
-    while True:
-        values = [probe_value(env, g) for g in probes]
-        if any(v != t for v, t in zip(values, target)) or time.monotonic() >= deadline:
-            return values
-        time.sleep(0.2)
