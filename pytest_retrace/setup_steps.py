@@ -1,5 +1,5 @@
 """Setup steps: how a task's initial state is made (launch an app, write a file, run a command, bring a
-window to the front).
+window to the front, wait for the screen to settle).
 
 The bottom layer, with actions: the case schema (cases.py) embeds these models, and every environment
 provider is reset with a list of them, interpreted once over the Environment protocol (envs/setup.py), so a
@@ -131,7 +131,25 @@ class ActivateStep(_Model):
     timeout: Timeout = 30.0
 
 
-AnyStep = LaunchStep | FileStep | CommandStep | ActivateStep
+class SettleStep(_Model):
+    """Wait until the screen has stayed unchanged for `quiet` seconds (the environment's masks applied), at
+    most `timeout` seconds; a screen still changing then is an error. For apps that keep drawing after their
+    window shows (LibreOffice fills in toolbars and the sidebar for seconds, with pauses longer than an
+    action's settle window): a condition, where a fixed ``sleep`` is too short on a loaded machine and wasted
+    on an idle one."""
+
+    type: Literal["settle"]
+    quiet: Annotated[float, Field(gt=0, le=60, allow_inf_nan=False)] = 1.5
+    timeout: Timeout = 60.0
+
+    @model_validator(mode="after")
+    def _quiet_within_timeout(self) -> SettleStep:
+        if self.quiet >= self.timeout:
+            raise ValueError(f"quiet ({self.quiet:g} s) must be shorter than timeout ({self.timeout:g} s)")
+        return self
+
+
+AnyStep = LaunchStep | FileStep | CommandStep | ActivateStep | SettleStep
 SetupStep = Annotated[AnyStep, Field(discriminator="type")]
 
 

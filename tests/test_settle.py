@@ -12,8 +12,10 @@ import pytest
 
 from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
+from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.settle import SettleConfig, wait_stable
+from pytest_retrace.setup_steps import SettleStep
 
 A = np.zeros((4, 4, 3), np.uint8)
 B = np.full((4, 4, 3), 255, np.uint8)
@@ -85,3 +87,34 @@ def test_on_a_real_desktop_the_settled_screen_shows_a_late_reaction(react: float
         assert not np.array_equal(env.screenshot(), before), "the program never answered"
     finally:
         env.close()
+
+
+def _task(program: str, settle: dict) -> Task:
+    return Task.model_validate({
+        "id": "late-drawing", "instruction": "x", "domain": "test",
+        "setup": [{"type": "launch", "command": ["xterm", "-e", "bash", "-c", program], "window": "xterm"},
+                  {"type": "settle", **settle}],
+        "evaluator": {"func": "exact_match", "result": {"type": "rule", "rules": 1},
+                      "expected": {"type": "rule", "rules": 1}}})
+
+
+@pytest.mark.desktop
+def test_a_settle_setup_step_waits_out_an_app_that_draws_again_after_a_pause() -> None:
+    """LibreOffice's pattern: the window shows, then more is drawn after a pause longer than an action's quiet
+    window. The settle step's own quiet window outlasts the pause, so the reset ends on the final screen."""
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
+    env.start()
+    try:
+        env.reset(_task("sleep 0.8; echo LATE; sleep 600", {"quiet": 1.2}), Path("."))
+        after_reset = env.screenshot()
+        time.sleep(1.0)
+        assert np.array_equal(env.screenshot(), after_reset), "the reset ended before the app drew its text"
+        with pytest.raises(EnvError, match=r"setup\[1\] \(settle\): the screen still changed after 2 s"):
+            env.reset(_task("while :; do date +%N; sleep 0.1; done", {"quiet": 1.0, "timeout": 2}), Path("."))
+    finally:
+        env.close()
+
+
+def test_a_settle_step_quiet_window_must_fit_in_its_timeout() -> None:
+    with pytest.raises(ValueError, match=r"quiet \(5 s\) must be shorter than timeout \(5 s\)"):
+        SettleStep(type="settle", quiet=5, timeout=5)

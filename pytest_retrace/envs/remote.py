@@ -310,7 +310,7 @@ class RemoteEnvironment:
         """The part of a reset after the guest is fresh: the task's setup steps, then settle. The docker
         provider calls it directly on a new container, where no key is held and the pointer is parked."""
         self.masks = masks
-        apply_setup(self, task, files)
+        apply_setup(self, task, files, masks)
         self.settle()
 
     def _reset_on_host(self) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
-from ..setup_steps import ActivateStep, AnyStep, CommandStep, FileStep, TaskSetup
+from ..settle import Rect, SettleConfig, wait_stable
+from ..setup_steps import ActivateStep, AnyStep, CommandStep, FileStep, SettleStep, TaskSetup
 from . import EnvError, Environment
 
 # `activate`, run by the environment's shell: OSWorld's server runs `wmctrl -a NAME` (-F: the exact title, -x:
@@ -59,16 +61,17 @@ _NOT_FOUND = 3
 _GRACE = 15.0  # seconds on top of an activate step's timeout before the shell is killed (a hung WM)
 
 
-def apply_setup(env: Environment, task: TaskSetup, files: Path) -> None:
-    """Run ``task.setup`` in order; the first step that fails raises EnvError naming the task and the step."""
+def apply_setup(env: Environment, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
+    """Run ``task.setup`` in order; the first step that fails raises EnvError naming the task and the step.
+    ``masks``: the regions a settle step ignores (the case's, as for every settle)."""
     for i, step in enumerate(task.setup):
         try:
-            _apply(env, step, files)
+            _apply(env, step, files, masks)
         except EnvError as exc:
             raise EnvError(f"task {task.id}: setup[{i}] ({step.type}): {exc}") from None
 
 
-def _apply(env: Environment, step: AnyStep, files: Path) -> None:
+def _apply(env: Environment, step: AnyStep, files: Path, masks: Sequence[Rect]) -> None:
     if isinstance(step, FileStep):
         if step.content is not None:
             data = step.content.encode()
@@ -84,6 +87,8 @@ def _apply(env: Environment, step: AnyStep, files: Path) -> None:
             raise EnvError(f"`{step.command}` exited {res.returncode}: {res.stderr.strip()[-300:]}")
     elif isinstance(step, ActivateStep):
         _activate(env, step)
+    elif isinstance(step, SettleStep):
+        _settle(env, step, masks)
     else:
         env.launch(step.command, window=step.window, timeout=step.timeout)
 
@@ -105,3 +110,11 @@ def _activate(env: Environment, step: ActivateStep) -> None:
         raise EnvError(f"no visible window whose {what} {how} within {step.timeout:g} s")
     raise EnvError(f"activating the window whose {what} matches {step.window!r} failed (exit {res.returncode}): "
                    f"{res.stderr.strip()[-300:]}")
+
+
+def _settle(env: Environment, step: SettleStep, masks: Sequence[Rect]) -> None:
+    cfg = SettleConfig(timeout=step.timeout, quiet=step.quiet)
+    settled = wait_stable(env.screenshot, cfg, masks)
+    if not settled.stable:
+        raise EnvError(f"the screen still changed after {step.timeout:g} s (waited for {step.quiet:g} s "
+                       "without a change)")

@@ -234,7 +234,7 @@ class XvfbEnvironment:
         self.masks = masks
         # the pointer outlives apps: park it so hover effects never depend on the previous case
         self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
-        apply_setup(self, task, files)
+        apply_setup(self, task, files, masks)
         self.settle()
 
     def close(self) -> None:
