@@ -27,6 +27,13 @@ DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Text Editor", ("mousepad",)),
     ("Spreadsheet", ("gnumeric",)),
     ("File Manager", ("pcmanfm", "/home/user")),
+    ("Office Spreadsheet", ("soffice", "--calc", "--norestore", "--nologo")),
+    ("Office Writer", ("soffice", "--writer", "--norestore", "--nologo")),
+    # the browser flags of the browser cases (rollouts/browser/gen.py) minus the DevTools port: no network
+    # fetches of its own, no first-run page, so what it draws depends only on the page
+    ("Web Browser", ("chromium", "--no-first-run", "--no-default-browser-check", "--disable-gpu",
+                     "--force-device-scale-factor=1", "--password-store=basic", "--disable-sync",
+                     "--disable-background-networking", "--disable-component-update")),
 )
 
 

@@ -148,7 +148,6 @@ class DockerEnvironment:
         self.ready_timeout = float(ready_timeout)
         if not isinstance(spare, bool):
             raise ValueError(f"spare: true or false, got {spare!r}")
-        self.masks: Sequence[Rect] = ()
         self.engine = ""
         self._client: Any = None
         self.spare = spare
@@ -222,7 +221,6 @@ class DockerEnvironment:
                                   python=GUEST_PYTHON)
         guest.attach(box.url, box.token, probe=False)
         self._guest = guest
-        self.masks = masks
         guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
         if self.spare:
             # the next case's container boots while this one runs: a container made from the image that nothing
