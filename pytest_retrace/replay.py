@@ -27,7 +27,7 @@ from .actions import Action, ActionError, check_turn
 from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observation, Usage
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment
-from .evaluators import Evaluation, evaluate
+from .evaluators import LATE_WRITES, Evaluation, evaluate
 from .probes import poll
 from .similarity import ScreenDiff, differing_pixels, screen_diff, ssim
 from .strategies import Contextualizer, build_context
@@ -333,7 +333,7 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
         result.suffix_len = len(case.suffix)
     with _stage(result, opts, "evaluate", "R_TC: the task's evaluator") as stage:
         try:
-            result.evaluation = evaluate(case.task.evaluator, env, case.dir)
+            result.evaluation = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
         except (EnvError, OSError) as exc:
             raise InfraError("evaluate", str(exc)) from exc
         stage.title = f"R_TC: evaluator score {result.evaluation.score:g}"

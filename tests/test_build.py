@@ -163,7 +163,10 @@ def test_shipped_catalogue_covers_the_mistakes_the_paper_names() -> None:
      r"entry 0 \(x\): actions: .*not allowed"),
     (("- {name: x, domains: [files], horizon: short, intent: visible, mistake: m,\n"
       "   actions: [\"pyautogui.press('a')\", \"pyautogui.press('b')\"]}"),
-     r"entry 0 \(x\): actions: a short-horizon mistake needs 1..1 actions, got 2"),
+     r"entry 0 \(x\): actions: a short-horizon mistake takes 1..1 actions, got 2"),
+    (("- {name: x, domains: [files], horizon: long, intent: visible, mistake: m,\n"
+      "   actions: [\"pyautogui.press('a')\", \"pyautogui.press('b')\"]}"),
+     r"entry 0 \(x\): actions: a long-horizon mistake takes 3..5 actions, got 2"),
 ])
 def test_bad_catalogue_entry_names_file_entry_and_field(tmp_path: Path, entry: str, message: str) -> None:
     path = tmp_path / "catalogue.yaml"

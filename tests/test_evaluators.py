@@ -844,3 +844,32 @@ def test_importing_evaluators_does_not_import_openpyxl() -> None:
     code = "import sys, pytest_retrace.evaluators; print('openpyxl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_failing_evaluation_is_repeated_for_the_wait_so_a_late_write_counts(tmp_path: Path) -> None:
+    """An app writing its file after the screen settled (LibreOffice's export under load): a background
+    writer stands in for it. Without a wait the evaluation reads the old file; with one it sees the write."""
+    import threading
+    import time
+
+    spec = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "~/out.txt"},
+            "expected": {"type": "rule", "rules": {"text": "saved"}}}
+    env = LocalEnv(tmp_path)
+    (tmp_path / "out.txt").write_text("old")
+
+    def save_late() -> None:
+        time.sleep(0.8)
+        (tmp_path / "out.txt").write_text("saved")
+
+    assert not evaluate(spec, env).passed
+    writer = threading.Thread(target=save_late)
+    writer.start()
+    assert not evaluate(spec, env).passed  # read before the write
+    start = time.monotonic()
+    assert evaluate(spec, env, wait=3.0, interval=0.1).passed
+    assert time.monotonic() - start < 2.0  # a pass ends the wait
+    writer.join()
+    (tmp_path / "out.txt").write_text("wrong")
+    start = time.monotonic()
+    assert not evaluate(spec, env, wait=0.5, interval=0.1).passed  # a failure after the wait is the verdict
+    assert time.monotonic() - start >= 0.5

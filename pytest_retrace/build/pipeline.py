@@ -34,7 +34,7 @@ from pydantic import TypeAdapter, ValidationError
 from ..actions import Action, parse_action
 from ..cases import Task, load_png
 from ..envs import EnvError, Environment
-from ..evaluators import evaluate
+from ..evaluators import LATE_WRITES, evaluate
 from ..probes import Getter, narrowest, standard_getters
 from ..setup_steps import FileStep
 from .trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
@@ -43,6 +43,9 @@ from .verify import Rejected, execute, measured_kind, verify_candidate
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
 CATALOGUE = Path(__file__).with_name("perturbations")  # one file per group of apps
 D_FOR_HORIZON = {"short": 1, "long": 5}
+# how many actions a catalogue mistake of each horizon takes: a long-horizon mistake (d = 5) that is over in
+# one or two actions would be a short one labelled long
+ACTIONS_FOR_HORIZON = {"short": (1, 1), "long": (3, 5)}
 INTENTS = ("visible", "hidden-state", "visual-only")
 _GETTERS: TypeAdapter[Getter] = TypeAdapter(Getter)
 
@@ -106,8 +109,9 @@ def _load_catalogue_file(path: Path) -> list[Perturbation]:
             raise ValueError(f"{where}: probes: {exc.errors()[0]['msg']}") from None
         p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions,
                          probes)
-        if not 1 <= len(p.actions) <= p.d:
-            raise ValueError(f"{where}: actions: a {p.horizon}-horizon mistake needs 1..{p.d} actions, "
+        low, high = ACTIONS_FOR_HORIZON[p.horizon]
+        if not low <= len(p.actions) <= high:
+            raise ValueError(f"{where}: actions: a {p.horizon}-horizon mistake takes {low}..{high} actions, "
                              f"got {len(p.actions)}")
         out.append(p)
     return out
@@ -309,7 +313,7 @@ class Builder:
             for action in traj.actions:
                 execute(env, action)
                 shots.append(env.screenshot())
-            ev = evaluate(traj.task.evaluator, env, traj.base_dir)
+            ev = evaluate(traj.task.evaluator, env, traj.base_dir, wait=LATE_WRITES)
             if not ev.passed:
                 self.log(f"  {traj.id}: replay {replay + 1} failed the evaluator, dropped: {ev.details}")
                 return "inconsistent"

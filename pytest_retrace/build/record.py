@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 import yaml
 
 from ..cases import RecoveryCase, load_case, outside_dir, vm_files
-from ..probes import narrowest, standard_getters
 from ..envs import Environment
-from ..evaluators import evaluate
+from ..evaluators import LATE_WRITES, evaluate
+from ..probes import narrowest, standard_getters
 from .verify import Rejected, replay, verify_candidate
 
 
@@ -40,7 +39,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     case = load_case(path, check_screenshots=False)
     for i in range(replays):
         replay(env, case.task, case.dir, case.trajectory)
-        ev = evaluate(case.task.evaluator, env, case.dir)
+        ev = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
         if not ev.passed:
             raise RecordError(f"{path}: full trajectory failed the evaluator on replay {i + 1}: {ev.details}")
     checks = [f"full trajectory succeeds on {replays}/{replays} replays"]

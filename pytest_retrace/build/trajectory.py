@@ -126,7 +126,7 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
     The agent sees the task instruction and the screen; each of its turns must hold exactly one action
     (multi-action turns are dropped, as in the paper); the run counts only if the evaluator succeeds."""
     from ..agents import AgentContext, AgentTurn, Observation
-    from ..evaluators import evaluate
+    from ..evaluators import LATE_WRITES, evaluate
 
     source = f"agent:{agent.name}:{task.id}"
     env.reset(task, base_dir)
@@ -156,7 +156,7 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
         steps.append(Step(real[0], shot_path, turn.rationale))
         if len(turn.actions) > 1:  # an action followed by done
             break
-    ev = evaluate(task.evaluator, env, base_dir)
+    ev = evaluate(task.evaluator, env, base_dir, wait=LATE_WRITES)
     if not ev.passed:
         return Dropped(source, f"unsuccessful rollout: {'; '.join(ev.details)}")
     return Trajectory(id=f"{agent.name}-{task.id}", task=task, steps=steps, source=source,

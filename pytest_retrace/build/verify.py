@@ -24,7 +24,7 @@ import numpy as np
 from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
-from ..evaluators import evaluate
+from ..evaluators import LATE_WRITES, evaluate
 from ..probes import CommandGetter, FileGetter, Probe, digest, poll, probe_value, settled_values
 from ..similarity import differing_pixels, ssim
 
@@ -118,7 +118,7 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         at_error.append(poll(env, probes, lambda vs, t=target: any(map(str.__ne__, vs, t)), wait))
         for action in suffix:
             execute(env, action)
-        verdicts.append(evaluate(task.evaluator, env, base_dir).passed)
+        verdicts.append(evaluate(task.evaluator, env, base_dir, wait=LATE_WRITES).passed)
     worst = {name: max((differing_pixels(shots[0], s, masks) for s in shots[1:]), default=0)
              for name, shots in (("target", targets), ("error", errors))}
     for name, px in worst.items():

@@ -49,10 +49,11 @@ from .base import (
     register_getter,
     register_metric,
 )
-from .engine import evaluate, validate_evaluator
+from .engine import LATE_WRITES, evaluate, validate_evaluator
 
 __all__ = [
     "GETTERS",
+    "LATE_WRITES",
     "METRICS",
     "NOT_LITERAL",
     "CheckFailed",

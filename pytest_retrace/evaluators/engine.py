@@ -14,6 +14,7 @@ Failure policy, because a verdict must mean something:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,28 @@ def validate_evaluator(spec: dict[str, Any], where: str = "evaluator") -> None:
     compile_block(spec, where)
 
 
-def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None) -> Evaluation:
-    """Score ``spec`` against the live environment; ``case_dir`` resolves ``local_file`` getters."""
+# How long a failing evaluation is repeated: an app may write the file an evaluator reads after its screen
+# settled (measured: LibreOffice's xlsx export ran past the settle window at -n 16, with nothing new on screen
+# meanwhile, and the oracle's R_TC read the old file), and a verdict taken before the write measures the app's
+# timing, not the agent's work.
+LATE_WRITES = 5.0
+
+
+def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None, *, wait: float = 0.0,
+             interval: float = 0.5) -> Evaluation:
+    """Score ``spec`` against the live environment; ``case_dir`` resolves ``local_file`` getters.
+
+    ``wait``: while the evaluation fails, repeat it every ``interval`` seconds for up to this long (a pass is
+    final; a failure after the wait is the verdict)."""
+    deadline = time.monotonic() + wait
+    while True:
+        evaluation = _evaluate_once(spec, env, case_dir)
+        if evaluation.passed or time.monotonic() >= deadline:
+            return evaluation
+        time.sleep(interval)
+
+
+def _evaluate_once(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None) -> Evaluation:
     plan = compile_block(spec, "evaluator")  # validate fully before touching the env
     guarded = _GuardedEnv(env)
     details: list[str] = []
