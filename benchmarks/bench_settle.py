@@ -1,12 +1,16 @@
-"""Adaptive settling against the paper's fixed 10 s window: the same verdicts, and how much time it saves.
+"""Adaptive settling against the paper's fixed 10 s window, and against waiting for quiet alone: the same
+verdicts, how much time it saves, and which one holds at -n 16.
 
     .venv/bin/python benchmarks/bench_settle.py [--cases 21] [--models oracle,noop,undo] [-n 16] [--settle 10]
 
 Runs the same built-in cases (every k-th case in name order, so every app is in) with the scripted baselines
-twice under pytest, once per ``--retrace-settle-mode`` (adaptive first, then fixed), each as ``retrace run``
-would, and prints side by side: wall time, tests, infrastructure errors, actions and their mean settle time,
-then whether every (case, model) verdict, R_O and R_TC is identical in both runs and the time ratio
-fixed / adaptive. No thresholds: it reports; the load average is printed with the numbers.
+three times under pytest, each as ``retrace run`` would: ``adaptive`` (the default: wait up to 1 s for an
+action's effect to start, then 0.3 s of quiet), ``quiet-only`` (``--retrace-settle-react 0``: 0.3 s of quiet,
+the rule before issue 11) and ``fixed`` (``--retrace-settle-mode fixed``: the paper's 10 s after every
+action). It prints side by side: wall time, tests, infrastructure errors, actions, their mean settle time and
+how many never settled; then, against the fixed run, whether every (case, model) verdict, R_O and R_TC is
+identical, and the time ratio fixed / adaptive. No thresholds: it reports; the load average is printed with
+the numbers.
 """
 
 from __future__ import annotations
@@ -29,9 +33,16 @@ def pick(n: int) -> list[Path]:
     return files[::step][:n]
 
 
+CONFIGS = {  # name: the pytest options that make it
+    "adaptive": ["--retrace-settle-mode=adaptive"],
+    "quiet-only": ["--retrace-settle-mode=adaptive", "--retrace-settle-react=0"],
+    "fixed": ["--retrace-settle-mode=fixed"],
+}
+
+
 def run(mode: str, cases: list[Path], models: str, workers: int, settle: float, out: Path) -> tuple[float, list[dict]]:
     args = [sys.executable, "-m", "pytest", *map(str, cases), f"--retrace-model={models}", "-n", str(workers),
-            f"--retrace-settle-mode={mode}", f"--retrace-settle={settle}", f"--retrace-report-dir={out}",
+            *CONFIGS[mode], f"--retrace-settle={settle}", f"--retrace-report-dir={out}",
             f"--retrace-run={mode}", "-p", "no:cacheprovider", "-q"]
     start = time.monotonic()
     subprocess.run(args, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
@@ -51,7 +62,7 @@ def main() -> int:
     print(f"{len(cases)} cases x {args.models}, -n {args.workers}, load average {os.getloadavg()[0]:.1f}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("adaptive", "fixed"):
+        for mode in CONFIGS:
             results[mode] = run(mode, cases, args.models, args.workers, args.settle, Path(tmp))
             print(f"  {mode} done in {results[mode][0]:.0f} s, load average {os.getloadavg()[0]:.1f}")
     print(f"\n{'mode':<10}{'wall s':>9}{'tests':>7}{'errors':>8}{'actions':>9}{'settle s/action':>17}{'unsettled':>11}")
@@ -63,14 +74,19 @@ def main() -> int:
         errors = sum(r["verdict"] == "error" for r in records)
         print(f"{mode:<10}{seconds:>9.0f}{len(records):>7}{errors:>8}{len(steps):>9}{mean:>17.3f}{unsettled:>11}")
         verdicts[mode] = {(r["case"], r["model"]): (r["verdict"], r["r_o"], r["r_tc"]) for r in records}
-    a, f = verdicts["adaptive"], verdicts["fixed"]
-    differ = sorted(k for k in a.keys() | f.keys() if a.get(k) != f.get(k))
-    print(f"\nverdicts, R_O, R_TC identical on {len(a.keys() & f.keys()) - len(differ)} of {len(a.keys() | f.keys())} "
-          f"(case, model) pairs")
-    for key in differ:
-        print(f"  differs: {key}: adaptive {a.get(key)}, fixed {f.get(key)}")
-    print(f"time ratio fixed / adaptive: {results['fixed'][0] / results['adaptive'][0]:.1f}x")
-    return 0 if not differ else 1
+    f = verdicts["fixed"]
+    any_differ = False
+    for mode in ("adaptive", "quiet-only"):
+        a = verdicts[mode]
+        differ = sorted(k for k in a.keys() | f.keys() if a.get(k) != f.get(k))
+        any_differ |= mode == "adaptive" and bool(differ)
+        print(f"\n{mode} vs fixed: verdicts, R_O, R_TC identical on {len(a.keys() & f.keys()) - len(differ)} of "
+              f"{len(a.keys() | f.keys())} (case, model) pairs")
+        for key in differ:
+            print(f"  differs: {key}: {mode} {a.get(key)}, fixed {f.get(key)}")
+    print(f"time ratio fixed / adaptive: {results['fixed'][0] / results['adaptive'][0]:.1f}x, "
+          f"quiet-only / adaptive: {results['quiet-only'][0] / results['adaptive'][0]:.2f}x")
+    return 0 if not any_differ else 1
 
 
 if __name__ == "__main__":
