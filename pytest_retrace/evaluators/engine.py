@@ -58,16 +58,16 @@ def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None, *
 
     ``wait``: while the evaluation fails, repeat it every ``interval`` seconds for up to this long (a pass is
     final; a failure after the wait is the verdict)."""
+    plan = compile_block(spec, "evaluator")  # validate fully before touching the env, and once
     deadline = time.monotonic() + wait
     while True:
-        evaluation = _evaluate_once(spec, env, case_dir)
+        evaluation = _evaluate_once(plan, env, case_dir)
         if evaluation.passed or time.monotonic() >= deadline:
             return evaluation
         time.sleep(interval)
 
 
-def _evaluate_once(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None) -> Evaluation:
-    plan = compile_block(spec, "evaluator")  # validate fully before touching the env
+def _evaluate_once(plan: Group, env: EvalEnv, case_dir: Path | None) -> Evaluation:
     guarded = _GuardedEnv(env)
     details: list[str] = []
     score = _run_group(plan, GetterContext(guarded, case_dir), guarded, details)
