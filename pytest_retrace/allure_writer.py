@@ -131,6 +131,11 @@ class AllureWriter:
         step = getattr(getattr(listener, "allure_logger", None), "get_item", lambda _: None)(uuid)
         if step is not None and hasattr(step, "name"):
             step.name = stage.title
+        if stage.screenshot is not None:  # a state that did not reproduce: what the replay got, in its step
+            import allure
+
+            allure.attach(_png(stage.screenshot), name=f"{stage.title}: the screen got",
+                          attachment_type=allure.attachment_type.PNG)
         if stage.error is not None:  # the harness broke: Allure's "broken"
             exc: BaseException | None = stage.error
         elif stage.failed is None:

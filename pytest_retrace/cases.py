@@ -99,6 +99,11 @@ class Task(_Model):
     setup: list[SetupStep] = []
     evaluator: dict[str, Any]
     network: bool = Field(False, description="the task needs the network; without it tasks have none")
+    # An app that redraws on its own idle timers after the screen went quiet needs a longer quiet window than
+    # the run's, or a screen is recorded (and replayed) before the app has finished: LibreOffice updates its
+    # toolbar buttons ~0.5 s after a keystroke, past the default 0.3 s.
+    settle_quiet: float | None = Field(None, ge=0, le=10, description="seconds the screen must stay unchanged "
+                                       "after each action of this task, when longer than the run's")
 
     @field_validator("evaluator")
     @classmethod

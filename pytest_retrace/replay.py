@@ -51,7 +51,8 @@ class Stage:
     ``name`` is the machine name (reset, prefix, verify, perturb, context, recover, turn, observe, suffix,
     evaluate), ``title`` what a reader sees. When the stage ends, ``seconds`` is set, ``failed`` says which
     check of the agent's did not hold (R_O below threshold, an invalid reply: the agent's failure, not the
-    harness's) and ``error`` holds the infrastructure error that ended it, if any."""
+    harness's) and ``error`` holds the infrastructure error that ended it, if any. A ``verify`` stage whose
+    state did not reproduce keeps the screen it got in ``screenshot``, to be compared with the recorded one."""
 
     name: str
     title: str
@@ -59,6 +60,7 @@ class Stage:
     seconds: float | None = None
     failed: str | None = None
     error: InfraError | None = None
+    screenshot: np.ndarray | None = field(default=None, repr=False)
 
 
 class ReplayObserver(Protocol):
@@ -76,6 +78,7 @@ class ReplayOptions:
     ssim_threshold: float = 0.99
     attempts: int = 3  # tries to reconstruct s_target and s_error before declaring an infra error
     verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
+    verify_wait: float = 5.0  # seconds a reconstructed state may take to reach its recorded pixels
     contextualizer: Contextualizer | None = None  # explicit-context's summariser
     verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel
     observer: ReplayObserver | None = None  # Allure steps, progress: see plugin._StageHooks
@@ -180,17 +183,28 @@ def _run_actions(env: Environment, actions: list[Action], stage: str, result: Re
             history.append(HistoryStep(before, action))
 
 
-def _matches(env: Environment, shot: np.ndarray, expected: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
-             result: RecoveryResult, state: str) -> tuple[bool, str]:
+def _matches(env: Environment, expected: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
+             result: RecoveryResult, state: str) -> tuple[bool, str, np.ndarray]:
     """Is the reconstructed `state` the recorded one? Pixel for pixel, or else by the LLM verifier if one is
-    configured (for environments that cannot reproduce a screen exactly)."""
-    off = differing_pixels(shot, expected, case.masks)
-    if off <= opts.verify_tolerance:
-        result.reconstruction[state] = "pixels"
-        return True, ""
+    configured (for environments that cannot reproduce a screen exactly). Returns the screen it judged.
+
+    The screen is polled for up to ``opts.verify_wait`` seconds until it matches: an app finishes some redraws
+    on idle timers after the screen was quiet for a moment (LibreOffice's toolbar states, rulers and status
+    fields), and under load (-n 16 on 2 cores) those come seconds late. Waiting for the recorded screen, not
+    for any quiet screen, is what makes that safe: a state that never reaches the recording still fails."""
+    deadline = time.monotonic() + opts.verify_wait
+    while True:
+        shot = env.screenshot()
+        off = differing_pixels(shot, expected, case.masks)
+        if off <= opts.verify_tolerance:
+            result.reconstruction[state] = "pixels"
+            return True, "", shot
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(VERIFY_POLL)
     problem = f"{state} state off by {off} px (SSIM {ssim(shot, expected, case.masks):.4f})"
     if opts.verifier is None:
-        return False, problem
+        return False, problem, shot
     try:
         same, reason, usage = opts.verifier.same_state(expected, shot, state)
     except AgentInfraError as exc:
@@ -198,8 +212,11 @@ def _matches(env: Environment, shot: np.ndarray, expected: np.ndarray, case: Rec
     result.context_usage.add(usage)
     if same:
         result.reconstruction[state] = f"verifier ({off} px differ): {reason}"
-        return True, ""
-    return False, f"{problem}; the verifier says different: {reason}"
+        return True, "", shot
+    return False, f"{problem}; the verifier says different: {reason}", shot
+
+
+VERIFY_POLL = 0.1
 
 
 PROBE_WAIT = 3.0  # seconds an app may take to write what the perturbation changed (GSettings, autosave)
@@ -245,8 +262,8 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with _stage(result, opts, "prefix", f"prefix: {_count(case.prefix, 'ground-truth action')}"):
             _run_actions(env, case.prefix, "prefix", result, history)
         with _stage(result, opts, "verify", "verify s_target") as stage:
-            ok, problem = _matches(env, env.screenshot(), target, case, opts, result, "target")
-            stage.failed = problem or None
+            ok, problem, shot = _matches(env, target, case, opts, result, "target")
+            stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
         if not ok:
             problems.append(f"attempt {attempt}: {problem}")
             continue
@@ -255,7 +272,8 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with _stage(result, opts, "perturb", f"perturbation: {_count(case.perturbation, 'action')}"):
             _run_actions(env, case.perturbation, "perturb", result, history)
         with _stage(result, opts, "verify", "verify s_error") as stage:
-            ok, problem = _matches(env, env.screenshot(), error, case, opts, result, "error")
+            ok, problem, shot = _matches(env, error, case, opts, result, "error")
+            stage.screenshot = None if ok else shot
             if ok and case.probes:
                 ok, problem = _probes_differ(env, case)
             stage.failed = problem or None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -36,6 +36,10 @@ class SettleConfig:
     interval: float = 0.03  # polling period (a 1280x800 grab costs ~1-2 ms)
     tolerance: int = 0  # changed pixels still counted as "unchanged" (e.g. a blinking text cursor)
     mode: Literal["adaptive", "fixed"] = "adaptive"
+
+    def at_least(self, quiet: float | None) -> SettleConfig:
+        """This config with a task's longer quiet window (a task never shortens the run's)."""
+        return self if quiet is None or quiet <= self.quiet else replace(self, quiet=quiet)
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,6 @@ class TaskSetup(Protocol):
 
     @property
     def network(self) -> bool: ...
+
+    @property
+    def settle_quiet(self) -> float | None: ...

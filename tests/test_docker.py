@@ -45,6 +45,7 @@ class Task:
     id: str
     setup: list = field(default_factory=list)
     network: bool = False
+    settle_quiet: float | None = None
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ from pathlib import Path
 from pytest_retrace.envs.docker import DockerEnvironment
 from pytest_retrace.settle import SettleConfig
 class Task:
-    id = "t"; setup = []; network = False
+    id = "t"; setup = []; network = False; settle_quiet = None
 env = DockerEnvironment(size=(640, 480), settle=SettleConfig(timeout=5.0, quiet=0.2, interval=0.03), spare=True)
 env.start()
 env.reset(Task(), Path("."))

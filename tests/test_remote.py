@@ -44,6 +44,7 @@ class Task:
     id: str
     setup: list = field(default_factory=list)
     network: bool = False
+    settle_quiet: float | None = None
 
 
 # -- the translator, without a desktop ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 import pytest
 
 from pytest_retrace.actions import Action
@@ -118,3 +119,70 @@ def test_a_settle_setup_step_waits_out_an_app_that_draws_again_after_a_pause() -
 def test_a_settle_step_quiet_window_must_fit_in_its_timeout() -> None:
     with pytest.raises(ValueError, match=r"quiet \(5 s\) must be shorter than timeout \(5 s\)"):
         SettleStep(type="settle", quiet=5, timeout=5)
+
+
+# LibreOffice's pattern after an action: the screen changes, stays still for a moment, then the app redraws more
+# on an idle timer (toolbar states, ~0.5 s later; seconds later under load)
+REDRAWS_LATE = "stty -echo; read line; echo FIRST; sleep 0.8; echo LATE; sleep 600"
+
+
+def _redrawing_task(settle_quiet: float | None) -> Task:
+    return Task.model_validate({
+        "id": "redraws-late", "instruction": "x", "domain": "test", "settle_quiet": settle_quiet,
+        "setup": [{"type": "launch", "command": ["xterm", "-e", "bash", "-c", REDRAWS_LATE], "window": "xterm"}],
+        "evaluator": {"func": "exact_match", "result": {"type": "rule", "rules": 1},
+                      "expected": {"type": "rule", "rules": 1}}})
+
+
+def test_a_task_can_lengthen_the_quiet_window_but_never_shorten_it() -> None:
+    run = SettleConfig(quiet=0.3)
+    assert run.at_least(None) is run and run.at_least(0.1) is run
+    assert run.at_least(1.0) == SettleConfig(quiet=1.0)
+
+
+@pytest.mark.desktop
+def test_a_task_settle_quiet_waits_out_an_app_that_redraws_after_a_pause() -> None:
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
+    env.start()
+    try:
+        for quiet, final in ((None, False), (1.2, True)):
+            env.reset(_redrawing_task(quiet), Path("."))
+            settled = env.execute(Action("key", keys=("enter",)))
+            time.sleep(1.5)
+            assert settled.stable
+            assert np.array_equal(settled.frame, env.screenshot()) == final, f"settle_quiet={quiet}"
+    finally:
+        env.close()
+
+
+@pytest.mark.desktop
+def test_replay_waits_for_a_recorded_state_that_the_app_finishes_drawing_late(tmp_path: Path) -> None:
+    """The recorded target is the final screen (the late line drawn). Settled with the run's 0.3 s quiet, the
+    replayed screen is not there yet: the verification polls for the recording instead of failing at once."""
+    import yaml
+
+    from pytest_retrace.cases import load_case
+    from pytest_retrace.replay import InfraError, RecoveryResult, ReplayOptions, reconstruct
+
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
+    env.start()
+    try:
+        task = _redrawing_task(None)
+        env.reset(task, tmp_path)
+        env.execute(Action("key", keys=("enter",)))
+        time.sleep(1.5)
+        Image.fromarray(env.screenshot()).save(tmp_path / "target.png")
+        Image.fromarray(env.screenshot()).save(tmp_path / "error.png")
+        doc = {"id": "late", "task": task.model_dump(exclude_none=True), "trajectory": ["pyautogui.press('enter')"],
+               "t_seed": 1, "perturbation": ["pyautogui.press('a')"], "d": 1,
+               "screenshots": {"target": "target.png", "error": "error.png"}}
+        (tmp_path / "late.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        case = load_case(tmp_path / "late.yaml")
+        result = RecoveryResult(case.id, 0.99)
+        reconstruct(env, case, ReplayOptions(attempts=1), result, with_error=False)
+        assert result.reconstruction == {"target": "pixels"}
+        with pytest.raises(InfraError, match="target state off by"):
+            reconstruct(env, case, ReplayOptions(attempts=1, verify_wait=0.0), RecoveryResult(case.id, 0.99),
+                        with_error=False)
+    finally:
+        env.close()

@@ -222,6 +222,7 @@ class RemoteEnvironment:
             raise ValueError(f"network: {network!r} is not one of none, host")
         self.size = (int(size[0]), int(size[1]))
         self.settle_cfg = settle or SettleConfig()
+        self._settle = self.settle_cfg  # the current task's (prepare)
         self.network = network  # not enforced: a remote guest's network is its own (docs/environments.md)
         self.hide = tuple(hide)  # likewise: nothing of this machine is on the guest to hide
         self.urls = parse_urls(urls, urls_file)
@@ -310,6 +311,7 @@ class RemoteEnvironment:
         """The part of a reset after the guest is fresh: the task's setup steps, then settle. The docker
         provider calls it directly on a new container, where no key is held and the pointer is parked."""
         self.masks = masks
+        self._settle = self.settle_cfg.at_least(task.settle_quiet)
         apply_setup(self, task, files, masks)
         self.settle()
 
@@ -417,7 +419,7 @@ class RemoteEnvironment:
             raise EnvError(f"{self.url}/screenshot: not an image: {exc}") from None
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
-        return wait_stable(self.screenshot, self.settle_cfg, self.masks, before)
+        return wait_stable(self.screenshot, self._settle, self.masks, before)
 
     def cursor_position(self) -> tuple[int, int]:
         reply = self.client.request("GET", "/cursor_position")
