@@ -387,6 +387,8 @@ def _recover(env: Environment, agent: Agent, context: AgentContext, opts: Replay
         agent.start(context)
     except AgentInfraError as exc:
         raise InfraError("agent", str(exc), kind=exc.kind) from exc
+    except InfraError:
+        raise  # a privileged baseline's own replay (the oracle's restore) desynced: the harness's, as it says
     except Exception as exc:
         raise InfraError("agent", f"start raised {_brief(exc)}", kind="agent-bug") from exc
     executed: int | None = None
@@ -425,6 +427,8 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
         turn = agent.act(observation)
     except AgentInfraError as exc:
         raise InfraError("agent", f"turn {turn_no}: {exc}", kind=exc.kind) from exc
+    except InfraError:
+        raise  # as in _recover: the oracle's restore replays ground truth, and a desync there is not a bug
     except Exception as exc:
         raise InfraError("agent", f"turn {turn_no}: act raised {_brief(exc)}", kind="agent-bug") from exc
     result.agent_turns = turn_no + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import shutil
 import pytest
 import yaml
 
@@ -173,3 +174,26 @@ def test_bad_catalogue_entry_names_file_entry_and_field(tmp_path: Path, entry: s
     path.write_text(entry)
     with pytest.raises(ValueError, match=rf"catalogue\.yaml: {message}"):
         load_catalogue(path)
+
+
+def test_a_built_case_carries_the_files_its_setup_and_evaluator_read(tmp_path: Path) -> None:
+    from pytest_retrace.build.pipeline import _with_own_files
+    from pytest_retrace.cases import Task
+    from pytest_retrace.evaluators import evaluate
+
+    rollout = tmp_path / "rollouts"
+    (rollout / "data").mkdir(parents=True)
+    (rollout / "data" / "in.txt").write_text("input")
+    (rollout / "data" / "want.txt").write_text("wanted")
+    task = Task.model_validate({
+        "id": "t", "instruction": "x", "domain": "d",
+        "setup": [{"type": "file", "path": "~/in.txt", "src": "data/in.txt"}],
+        "evaluator": {"func": "exact_match", "result": {"type": "local_file", "path": "data/want.txt"},
+                      "expected": {"type": "local_file", "path": "data/want.txt"}}})
+    domain = tmp_path / "out" / "d"
+    own = _with_own_files(task, rollout, domain, domain / "case-1")
+    shutil.rmtree(rollout)  # the built case must not need its rollout any more
+    assert (domain / own.setup[0].src).read_text() == "input"
+    got = own.evaluator["result"]["path"]
+    assert got == own.evaluator["expected"]["path"] == "case-1/expected/0-want.txt"
+    assert evaluate(own.evaluator, None, domain).score == 1.0  # type: ignore[arg-type]

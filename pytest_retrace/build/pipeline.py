@@ -182,7 +182,24 @@ def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path
             shutil.copyfile(source, copy)
             step = step.model_copy(update={"src": copy.relative_to(domain_dir).as_posix()})
         steps.append(step)
-    return task.model_copy(update={"setup": steps})
+    copied: dict[str, str] = {}
+
+    def own(node: Any) -> Any:
+        # the evaluator's local_file getters (an expected file shipped with the rollout) likewise
+        if isinstance(node, list):
+            return [own(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "local_file" and isinstance(node.get("path"), str):
+            if node["path"] not in copied:
+                copy = case_dir / "expected" / f"{len(copied)}-{Path(node['path']).name}"
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(base_dir / node["path"], copy)
+                copied[node["path"]] = copy.relative_to(domain_dir).as_posix()
+            return {**node, "path": copied[node["path"]]}
+        return {k: own(v) for k, v in node.items()}
+
+    return task.model_copy(update={"setup": steps, "evaluator": own(task.evaluator)})
 
 
 def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
