@@ -3,9 +3,9 @@ consistent filtering, measured kinds, written cases that load, and resumable sta
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-import shutil
 import pytest
 import yaml
 
