@@ -95,6 +95,31 @@ def test_pipeline_builds_verified_cases_and_resumes(env: XvfbEnvironment, tmp_pa
     assert sum("done already" in line for line in log) == 4
     assert len(list((tmp_path / "cases").rglob("*.yaml"))) == 2
 
+    # the perturb stage stopped after its first candidate (Ctrl-C): the next run replays only the other two
+    stopped, calls = Builder(cfg, [env], log=log.append), []
+    real = stopped._perturb
+
+    def first_then_interrupt(e, job):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(job[2].name)
+        return real(e, job)
+
+    stopped._perturb = first_then_interrupt  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        stopped.run(start="perturb")
+    assert not (tmp_path / "work" / "4-perturb.jsonl").exists()
+    resumed, again = Builder(cfg, [env], log=log.append), []
+    resumed_real = resumed._perturb
+    resumed._perturb = lambda e, job: again.append(job[2].name) or resumed_real(e, job)  # type: ignore[method-assign]
+    log.clear()
+    resumed.run()
+    assert "[perturb] resuming: 1 of 3 candidates done already (4-perturb.partial.jsonl)" in log
+    assert len(again) == 2 and calls[0] not in again
+    assert not (tmp_path / "work" / "4-perturb.partial.jsonl").exists()
+    assert {load_case(p).metadata["perturbation"]: load_case(p).metadata["kind"]
+            for p in (tmp_path / "cases").rglob("*.yaml")} == kinds
+
 
 def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: Path) -> None:
     rollouts = tmp_path / "rollouts"

@@ -10,7 +10,8 @@ delete a stage's file, or pass --from STAGE, to redo it and everything after it)
                identical on every replay)
 4. perturb     drive each target off track with the scripted catalogue; keep a candidate only if the error
                is real (Φ fails from the error state) or, for visual-only mistakes, visible; run twice and
-               exclude anything nondeterministic; crashes excluded and counted
+               exclude anything nondeterministic; crashes excluded and counted. Each candidate's outcome is
+               journaled (4-perturb.partial.jsonl) as it comes: an interrupted stage resumes where it stopped
 5. final       drop near-identical errors unless hidden-state, drop duplicates, sample per domain, write
                case YAML + PNGs, print the paper's Table 6 (counts per stage) and Table 7 (domains)
 """
@@ -18,9 +19,11 @@ delete a stage's file, or pass --from STAGE, to redo it and everything after it)
 from __future__ import annotations
 
 import hashlib
+import json
 import queue
 import random
 import shutil
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -202,6 +205,24 @@ def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path
     return task.model_copy(update={"setup": steps, "evaluator": own(task.evaluator)})
 
 
+def _job_key(job: tuple[Trajectory, int, Perturbation | AgentPerturbation]) -> str:
+    traj, t_seed, p = job
+    return f"{traj.id}@{t_seed}:{p.name}"
+
+
+def _read_journal(path: Path) -> dict[str, Any]:
+    """A stage's journal of finished jobs; a last line cut off by the interruption is skipped."""
+    done: dict[str, Any] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            done[entry["job"]] = entry["outcome"]
+    return done
+
+
 def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
     """The getters that may tell a candidate's error state from its target state, most specific first."""
     from ..cases import vm_files
@@ -243,6 +264,7 @@ class Builder:
         if start is not None:
             for stage in STAGES[STAGES.index(start):]:
                 self.path(stage).unlink(missing_ok=True)
+                self.path(stage).with_suffix(".partial.jsonl").unlink(missing_ok=True)
         for stage in STAGES:
             out = self.path(stage)
             if out.exists():
@@ -367,9 +389,27 @@ class Builder:
                 jobs.append((traj, seed["t_seed"], p))
             jobs += [(traj, seed["t_seed"], AgentPerturbation(model, horizon))
                      for model in self.cfg.perturb_agents for horizon in D_FOR_HORIZON]
+        # the longest stage (every candidate replayed twice): each outcome is journaled as it comes, so a run
+        # stopped half way (Ctrl-C, a reboot) resumes with the candidates it had not finished
+        journal = self.path("perturb").with_suffix(".partial.jsonl")
+        done = _read_journal(journal)
+        if done:
+            self.log(f"[perturb] resuming: {sum(_job_key(j) in done for j in jobs)} of {len(jobs)} candidates "
+                     f"done already ({journal.name})")
+        lock = threading.Lock()
+
+        def perturb(env: Environment, job: tuple[Trajectory, int, Perturbation | AgentPerturbation]) -> Any:
+            key = _job_key(job)
+            if key in done:
+                return done[key]
+            outcome = self._perturb(env, job)
+            with lock, journal.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"job": key, "outcome": outcome}) + "\n")
+            return outcome
+
         kept, dropped = [], Counter()
         try:
-            for outcome in self._map(self._perturb, jobs):
+            for outcome in self._map(perturb, jobs):
                 if isinstance(outcome, str):
                     dropped[outcome] += 1
                 else:
@@ -379,6 +419,7 @@ class Builder:
                 agent.close()
             self._perturbers.clear()
         self._finish("perturb", kept, **dropped)
+        journal.unlink(missing_ok=True)
 
     def _choose(self, rng: random.Random, applicable: list[Perturbation]) -> list[Perturbation]:
         """Per target: one mistake of each intended kind and horizon available, drawn with the fixed seed."""
