@@ -137,6 +137,15 @@ def test_vm_command_line_returns_stdout_even_on_failure(env: LocalEnv) -> None:
     assert GETTERS["vm_command_line"](failing, ctx) == "partial\n"
 
 
+def test_an_evaluator_program_the_environment_lacks_is_an_environment_error(env: LocalEnv) -> None:
+    # read as "" it would fail R_TC: an image without `unzip` made the oracle "not recover" a Writer case
+    from pytest_retrace.envs import EnvError
+
+    missing = {"type": "vm_command_line", "command": "no-such-program-here -p ~/doc.docx"}
+    with pytest.raises(EnvError, match=r"exited 127 \(not found\).*no-such-program-here"):
+        GETTERS["vm_command_line"](missing, GetterContext(env))
+
+
 def test_vm_command_result_getter(env: LocalEnv) -> None:
     got = GETTERS["vm_command_result"](
         {"type": "vm_command_result", "command": "echo out; echo err >&2; exit 2"}, GetterContext(env)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..envs import EnvError
 from .base import CommandResult, EvaluatorError, GetterContext, register_getter
 
 _TIMEOUT = {"timeout": (int, float)}  # its range (0 < timeout <= MAX_TIMEOUT) is checked by the plan
@@ -43,8 +44,16 @@ def vm_command_result(config: Mapping[str, Any], ctx: GetterContext) -> CommandR
     return _run(config, ctx)
 
 
+COMMAND_NOT_FOUND = 127  # the shell's status for a program that is not installed
+
+
 def _run(config: Mapping[str, Any], ctx: GetterContext) -> CommandResult:
-    return ctx.env.run(config["command"], timeout=float(config.get("timeout", 30.0)))
+    res = ctx.env.run(config["command"], timeout=float(config.get("timeout", 30.0)))
+    if res.returncode == COMMAND_NOT_FOUND:
+        # the environment lacks a program the evaluator needs (an image without `unzip`): the harness's fault,
+        # never the agent's, and no verdict can be read from it
+        raise EnvError(f"evaluator command `{config['command']}` exited 127 (not found): {res.stderr.strip()[-300:]}")
+    return res
 
 
 @register_getter("rule", required={"rules": object}, optional={})
