@@ -10,9 +10,10 @@
   (case, baseline) verdicts, R_O and R_TC is seen 3 times: 0 flips;
 - the docker environment (a fresh container per case) on one case per app: the verdicts of xvfb's full run.
 
-Why not the full suite three times and under docker: at about 5 min per full run of the baselines it would
-take CI past its 45 minutes. A flip is a property of a case's apps and timing, which the sample covers per
-domain and kind; the full run at -n 16 is the harshest load, where a timing problem shows as an error.
+Why not the full suite three times and under docker: a full run of the baselines takes about 20 minutes here,
+so that would take CI past its 45. A flip is a property of a case's apps and timing, which the sample covers
+per domain and kind; the full run at -n 16 is the harshest load, where a timing problem shows as an error.
+What docker can change is per app (the image), so one case per app runs there.
 """
 
 from __future__ import annotations
