@@ -94,3 +94,11 @@ def docker_client():
         if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
             pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
         return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The built-in suite's calibration (test_suite.py) is one test of ~30 minutes. Collected in file order it came
+    # last on its xdist worker, after ~15 minutes of other tests, and CI ran the two one after the other. First
+    # in the collection, xdist hands it out at once (with the unit tests that follow it in the first chunk, which
+    # take seconds) and the rest of the tests run beside it on the other worker.
+    items.sort(key=lambda item: item.nodeid != "tests/test_suite.py::test_builtin_suite_calibration_and_determinism")
