@@ -117,6 +117,28 @@ def test_files_outside_home_do_not_reach_the_host_or_the_next_task(env: XvfbEnvi
     assert marker not in res.stdout and res.returncode != 0  # nothing carried over to the next task
 
 
+@pytest.mark.parametrize("host_has_home_user", [False, True])
+def test_apps_start_in_the_tasks_home_whether_or_not_the_machine_has_a_home_user(env: XvfbEnvironment,
+                                                                                host_has_home_user: bool) -> None:
+    """nsenter's --wd opened its directory before entering the namespace: on a machine without /home/user no app
+    started, and on one with it a relative path the agent typed wrote to the machine's /home/user."""
+    host = Path("/home/user")
+    made = host_has_home_user and not host.exists()
+    if made:
+        host.mkdir()
+    try:
+        if not host_has_home_user and host.exists():
+            pytest.skip("this machine has a /home/user")
+        marker = f"retrace-cwd-{os.getpid()}"
+        env.reset(XTERM, Path("."))
+        agent_types(env, f"echo relative > {marker}")
+        assert wait_for(lambda: env.read_file(f"~/{marker}") == b"relative\n")
+        assert env.run("pwd").stdout == "/home/user\n" and not (host / marker).exists()
+    finally:
+        if made:
+            host.rmdir()
+
+
 def test_the_harness_and_other_desktops_are_invisible(env: XvfbEnvironment) -> None:
     other = XvfbEnvironment()
     other.start()
@@ -153,7 +175,7 @@ def test_network_is_off_unless_the_case_asks_for_it(env: XvfbEnvironment) -> Non
     ("ln -sf /proc/self/root/etc/shadow ~/out.txt", "outside the sandbox's home"),
     ("rm -f ~/out.txt; mkdir ~/out.txt", "is a directory"),
     ("truncate -s 100M ~/out.txt", "over the"),
-    ("ln -sf out.txt ~/loop && ln -sf loop ~/out.txt", "symbolic links"),
+    ("rm -f ~/out.txt; ln -s out.txt ~/loop; ln -s loop ~/out.txt", "symbolic links"),
 ], ids=["fifo", "dev-zero", "shadow", "dotdot", "proc-root", "directory", "huge", "link-loop"])
 def test_an_evaluator_never_blocks_or_reads_outside_and_scores_it_zero(env: XvfbEnvironment, attack: str,
                                                                          reason: str) -> None:

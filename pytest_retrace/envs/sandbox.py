@@ -177,10 +177,13 @@ class Sandbox:
         env = ["env", "-i", *(f"{k}={v}" for k, v in self.env().items())]
         if not self.enabled:
             return env
-        return ["nsenter", "--target", target, "--pid", "--mount", "--net", f"--wd={GUEST_HOME}", "--",
+        # the home is entered by env -C, inside the namespace: nsenter's --wd=DIR opens DIR *before* it enters
+        # the mount namespace, so it failed where the machine has no /home/user and, where it has one, left
+        # the app's working directory on the machine's /home/user instead of the task's home
+        return ["nsenter", "--target", target, "--pid", "--mount", "--net", "--",
                 "prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--",
                 "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs", "--", *env]
+                "--bounding-set=-all", "--no-new-privs", "--", env[0], env[1], "-C", GUEST_HOME, *env[2:]]
 
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(self.argv(argv), cwd=self.home, preexec_fn=self._preexec, **kwargs)
