@@ -29,7 +29,7 @@ from .envs.config import EnvConfig, EnvConfigError, load_env_config  # noqa: E40
 from .gate import Gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
-from .settle import MODES as SETTLE_MODES  # noqa: E402
+from .settle import MODES as SETTLE_MODES, SIGNALS as SETTLE_SIGNALS  # noqa: E402
 from .settle import SettleConfig  # noqa: E402
 
 # option name -> (ini type, default, help). Every --retrace-X has an ini twin retrace_X. "args" options take
@@ -54,6 +54,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "settle-react": ("string", "1.0", "adaptive settling: seconds to wait for an action's effect to start showing"),
     "settle-mode": ("string", "adaptive", "adaptive (wait for the effect, then for quiet) | fixed (sleep "
                     "--retrace-settle seconds after every action, the paper's 10 s window)"),
+    "settle-signal": ("string", "damage", "adaptive settling: damage (grab a screenshot only after the display "
+                      "reports drawing, where the environment can: xvfb) | poll (grab one every 30 ms)"),
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
     "attempts": ("string", "3", "tries to reconstruct the target/error state before an infra error"),
     "verify-tolerance": ("string", "0", "differing pixels allowed when verifying a reconstructed state"),
@@ -158,8 +160,12 @@ def _settle(config: pytest.Config) -> SettleConfig:
     mode = str(_opt(config, "settle-mode"))
     if mode not in SETTLE_MODES:
         raise pytest.UsageError(f"--retrace-settle-mode: {mode!r} is not one of {', '.join(SETTLE_MODES)}")
+    signal = str(_opt(config, "settle-signal"))
+    if signal not in SETTLE_SIGNALS:
+        raise pytest.UsageError(f"--retrace-settle-signal: {signal!r} is not one of {', '.join(SETTLE_SIGNALS)}")
     return SettleConfig(timeout=_number(config, "settle", float, 0.1), quiet=_number(config, "settle-quiet", float, 0.0),
-                        react=_number(config, "settle-react", float, 0.0), mode=mode)  # type: ignore[arg-type]
+                        react=_number(config, "settle-react", float, 0.0), mode=mode,  # type: ignore[arg-type]
+                        signal=signal)  # type: ignore[arg-type]
 
 
 def _number(config: pytest.Config, name: str, kind: type, minimum: float) -> Any:

@@ -65,12 +65,51 @@ def test_fixed_mode_waits_the_whole_window_then_checks_the_screen_holds_still() 
     assert not changing.stable
 
 
+class Reported:
+    """A change signal over scripted frames: reports drawing when the frame differs from the last grab's."""
+
+    def __init__(self, grab, missed: bool = False) -> None:
+        self.grab, self.missed, self.grabs = grab, missed, 0
+        self.shown = grab()
+
+    def counted(self) -> np.ndarray:
+        self.grabs += 1
+        return self.grab()
+
+    def clear(self) -> None:
+        self.shown = self.grab()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.missed and not np.array_equal(self.grab(), self.shown):
+                return True
+            time.sleep(0.005)
+        return False
+
+
+def test_with_a_change_signal_the_same_screen_is_settled_on_with_few_grabs() -> None:
+    for cfg in (SettleConfig(quiet=0.2, react=1.0), SettleConfig(quiet=0.2, react=0.0)):
+        frames = screen((0, A), (0.5, B))
+        polled = wait_stable(frames, cfg, before=A)
+        signal = Reported(screen((0, A), (0.5, B)))
+        got = wait_stable(signal.counted, cfg, before=A, changes=signal)
+        assert got.stable and np.array_equal(got.frame, polled.frame), cfg
+        assert signal.grabs <= 3, signal.grabs  # polling grabs every 30 ms
+    # drawing the signal failed to report is still caught: the quiet window ends with one more grab
+    missed = Reported(screen((0, A), (0.05, B)), missed=True)
+    got = wait_stable(missed.counted, SettleConfig(quiet=0.2), changes=missed)
+    assert got.stable and np.array_equal(got.frame, B) and missed.grabs == 3
+
+
 @pytest.mark.desktop
+@pytest.mark.parametrize("signal", ["damage", "poll"])
 @pytest.mark.parametrize("react", [0.0, 1.5])
-def test_on_a_real_desktop_the_settled_screen_shows_a_late_reaction(react: float) -> None:
+def test_on_a_real_desktop_the_settled_screen_shows_a_late_reaction(react: float, signal: str) -> None:
     """xterm runs a program that answers Return only 0.6 s later, showing nothing before (no echo): with the
-    quiet window alone (react 0) the settled screen is the one before the answer."""
-    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3, react=react))
+    quiet window alone (react 0) the settled screen is the one before the answer. Whether screenshots are taken
+    after X DAMAGE reports drawing or every 30 ms changes nothing but the CPU."""
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3, react=react, signal=signal))  # type: ignore[arg-type]
     env.start()
     try:
         program = "stty -echo; read line; sleep 0.6; echo REACTED; sleep 600"
@@ -186,3 +225,22 @@ def test_replay_waits_for_a_recorded_state_that_the_app_finishes_drawing_late(tm
                         with_error=False)
     finally:
         env.close()
+
+
+@pytest.mark.desktop
+def test_on_a_real_desktop_a_quiet_screen_costs_two_grabs_with_damage_not_one_every_30_ms() -> None:
+    counts = {}
+    for signal in ("damage", "poll"):
+        env = XvfbEnvironment(settle=SettleConfig(quiet=0.6, signal=signal))  # type: ignore[arg-type]
+        env.start()
+        try:
+            env.reset(_task("echo READY; sleep 600", {"quiet": 0.5}), Path("."))
+            grabs = []
+            real = env.screenshot
+            env.screenshot = lambda: grabs.append(1) or real()  # type: ignore[method-assign]
+            settled = env.settle()
+            assert settled.stable and np.array_equal(settled.frame, real())
+            counts[signal] = len(grabs)
+        finally:
+            env.close()
+    assert counts["damage"] == 2 and counts["poll"] >= 10, counts

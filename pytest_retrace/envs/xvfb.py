@@ -39,6 +39,7 @@ from ..settle import Rect, SettleConfig, Settled, wait_stable
 from ..setup_steps import TaskSetup
 from . import ActionFailed, CommandResult, EnvError, check_on_screen
 from .guestfs import MAX_READ
+from .damage import DamageWatch
 from .desktop import OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
 from .xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, type_command, typable
@@ -71,6 +72,7 @@ class XvfbEnvironment:
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._wm: subprocess.Popen[bytes] | None = None
         self._grabber = None
+        self._damage: DamageWatch | None = None  # what settling waits on between grabs (damage.py)
         self._keymap: Keymap | None = None  # connected on the first character the keymap lacks
         self._claim: IO[str] | None = None  # the lock on our display number
 
@@ -101,15 +103,16 @@ class XvfbEnvironment:
 
         factory = getattr(mss, "MSS", None) or mss.mss
         self._grabber = factory(display=self.display)
+        self._damage = DamageWatch(self.display)
 
     def _disconnect(self) -> None:
-        for conn in (self._grabber, self._keymap):
+        for conn in (self._grabber, self._damage, self._keymap):
             if conn is not None:
                 try:
                     conn.close()
                 except Exception:  # the display is gone already; nothing left to release
                     pass
-        self._grabber = self._keymap = None
+        self._grabber = self._damage = self._keymap = None
 
     def _stop_display(self) -> None:
         self._disconnect()
@@ -380,7 +383,8 @@ class XvfbEnvironment:
         return np.array(Image.frombuffer("RGB", shot.size, shot.raw, "raw", "BGRX", 0, 1))
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
-        return wait_stable(self.screenshot, self._settle, self.masks, before)
+        return wait_stable(self.screenshot, self._settle, self.masks, before,
+                           self._damage if self._settle.signal == "damage" else None)
 
     def cursor_position(self) -> tuple[int, int]:
         res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(), capture_output=True,
