@@ -94,6 +94,9 @@ class Guest:
     home: Path
     token: str | None = None
     extra: list[str] = field(default_factory=list)
+    # a process space of its own, as an OSWorld VM has: the build's probe of where processes are (`cd`) then
+    # sees the guest's processes only, not every test worker's and app's on this machine, which come and go
+    own_processes: bool = False
     url: str = ""
     proc: subprocess.Popen[bytes] | None = None
 
@@ -108,6 +111,8 @@ class Guest:
         if self.token:
             env[self.TOKEN_VAR] = self.token
             args += ["--token-env", self.TOKEN_VAR]
+        if self.own_processes and os.geteuid() == 0 and shutil.which("unshare"):
+            args = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--", *args]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.home)
         deadline = time.monotonic() + 20

@@ -1038,7 +1038,8 @@ def test_sixteen_delayed_replies_are_served_at_once() -> None:
             ),
         )
     assert sorted(results) == sorted(f"r{i}" for i in range(16)), results
-    assert elapsed < 2.5, elapsed
+    # one at a time would take 16 s; the bound leaves room for a loaded machine (CI ran 2.6 s next to 16 desktops)
+    assert elapsed < 8.0, elapsed
 
 
 def test_slow_sync_responders_do_not_block_each_other() -> None:
@@ -1057,7 +1058,7 @@ def test_slow_sync_responders_do_not_block_each_other() -> None:
         with urllib.request.urlopen(server.url + "/health", timeout=5) as resp:
             assert resp.status == 200
     assert all(getattr(r, "content", None) for r in results), results
-    assert elapsed < 2.5, elapsed
+    assert elapsed < 8.0, elapsed  # one at a time: 16 s
 
 
 def test_server_stops_cleanly() -> None:

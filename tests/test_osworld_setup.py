@@ -238,7 +238,7 @@ def guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtu
     display = Display(getattr(request, "param", (640, 480)), wm=True)
     started = None
     try:
-        started = Guest(display, tmp_path / "guest" / "home").start()
+        started = Guest(display, tmp_path / "guest" / "home", own_processes=True).start()
         yield started
     finally:
         if started is not None:

@@ -95,10 +95,10 @@ def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_res
                              "-n", "2", "-p", "no:cacheprovider"], cwd=project.path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     results = project.path / "reports" / "cc" / "results.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a condition, not a time: CI once took 160 s for the first test under load
     while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 2):
         time.sleep(0.2)
-    assert results.exists(), "no test finished within 120 s"
+    assert results.exists() and results.read_text().count("\n") >= 2, "two tests did not finish within 600 s"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0

@@ -1,0 +1,117 @@
+"""The built-in suite's full calibration, recorded: every case under the three baselines at -n 16, reduced to
+what the calibration checks, and written to ``cases/calibration.json`` with a digest of each case's files.
+
+    .venv/bin/python -m tests.suite_calibration      # about 25 minutes on the 2-core machine; commit the file
+
+CI does not run the whole suite (docs in tests/test_suite.py): it checks the recorded run (its properties, and
+that it covers exactly the cases of this checkout, byte for byte) and re-runs a fixed sample against it. So a
+change to a case fails CI until the suite is calibrated again, the way a snapshot test fails until updated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CASES_DIR = REPO / "cases"
+SNAPSHOT = CASES_DIR / "calibration.json"
+MODELS = ("noop", "oracle", "undo")
+SCHEMA = 1
+
+
+def case_files() -> list[Path]:
+    return sorted(CASES_DIR.glob("*/*.yaml"))
+
+
+def case_digest(path: Path) -> str:
+    """The case file and everything in its own directory (screenshots, setup files), by relative path."""
+    h = hashlib.sha256()
+    own = path.with_suffix("")
+    for f in [path, *sorted(p for p in own.rglob("*") if p.is_file())] if own.is_dir() else [path]:
+        h.update(str(f.relative_to(CASES_DIR)).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return "sha256:" + h.hexdigest()
+
+
+def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env: str = "xvfb",
+              workers: int = 16, timeout: float = 3000) -> tuple[list[dict], float]:
+    """The baselines on `files` (default: the whole suite) as a user runs them; the records and the wall time."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *(map(str, files) if files else []), f"--retrace-model={','.join(MODELS)}",
+         f"--retrace-run={name}", f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", str(workers),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout,
+    )
+    seconds = time.monotonic() - start
+    print(f"{name} ({env}, -n {workers}, {len(files or case_files())} cases): exit {proc.returncode} in {seconds:.0f} s")
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"pytest exited with {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    lines = (reports / name / "results.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines], seconds
+
+
+def outcome(record: dict) -> dict:
+    """What the calibration checks of one test: the verdict, both criteria, the probes, an error's kind."""
+    return {"verdict": record["verdict"], "r_o": record["r_o"], "r_tc": record["r_tc"],
+            "probes_restored": [p["restored"] for p in record.get("probes") or []],
+            "error": (record.get("error") or {}).get("kind")}
+
+
+def snapshot(records: list[dict], seconds: float, workers: int) -> dict:
+    from pytest_retrace.cases import load_case
+
+    files = case_files()
+    ids = {load_case(p).id: p for p in files}
+    by_case: dict[str, dict] = {}
+    for r in records:
+        by_case.setdefault(r["case"], {})[r["model"]] = outcome(r)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "pytest_retrace"], cwd=REPO,
+                                capture_output=True, text=True).stdout.strip())
+    return {
+        "schema": SCHEMA,
+        "what": "every case under noop, oracle and undo, xvfb, one run (python -m tests.suite_calibration)",
+        "commit": commit + ("+uncommitted" if dirty else ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        "workers": workers,
+        "seconds": round(seconds),
+        "cases": {case_id: {"file": str(path.relative_to(CASES_DIR)), "digest": case_digest(path),
+                            "runs": {m: by_case[case_id][m] for m in MODELS if m in by_case.get(case_id, {})}}
+                  for case_id, path in sorted(ids.items())},
+    }
+
+
+def dumps(data: dict) -> str:
+    """One line per case: a diff of two calibrations reads case by case."""
+    head = json.dumps({k: v for k, v in data.items() if k != "cases"}, indent=1)[:-2]
+    cases = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in data["cases"].items())
+    return f'{head},\n "cases": {{\n{cases}\n }}\n}}\n'
+
+
+def load() -> dict:
+    return json.loads(SNAPSHOT.read_text())
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        records, seconds = run_suite(Path(tmp), "calibration", workers=16, timeout=7200)
+    data = snapshot(records, seconds, 16)
+    SNAPSHOT.write_text(dumps(data))
+    errors = sum(r["verdict"] == "error" for r in records)
+    print(f"wrote {SNAPSHOT.relative_to(REPO)}: {len(records)} tests, {errors} infrastructure errors; "
+          f"check it with: .venv/bin/pytest tests/test_suite.py -k recorded")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
