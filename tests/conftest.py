@@ -94,16 +94,3 @@ def docker_client():
         if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
             pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
         return None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The built-in suite's calibration (test_suite.py) is one test of ~30 minutes. Collected in file order it came
-    # last on its xdist worker, after ~15 minutes of other tests, and CI ran the two one after the other. First
-    # in the collection, xdist hands it out at once (with the unit tests that follow it in the first chunk, which
-    # take seconds) and the rest of the tests run beside it on the other worker.
-    # Before it, on the same worker, the one test seen to fail next to the calibration's 16 desktops (once, in a
-    # CI run): a `retrace build` on a remote guest whose only candidate, a hidden-state one, was dropped as
-    # "unverifiable" (no probe told its error state apart). Cause not found yet; it passes on a quieter machine.
-    first = ["tests/test_osworld_setup.py::test_retrace_build_on_a_remote_guest_from_osworld_results[guest0]",
-             "tests/test_suite.py::test_builtin_suite_calibration_and_determinism"]
-    items.sort(key=lambda item: first.index(item.nodeid) if item.nodeid in first else len(first))

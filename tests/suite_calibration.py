@@ -16,7 +16,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +48,7 @@ def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env:
         [sys.executable, "-m", "pytest", *(map(str, files) if files else []), f"--retrace-model={','.join(MODELS)}",
          f"--retrace-run={name}", f"--retrace-report-dir={reports}", f"--retrace-env={env}", "-n", str(workers),
          "-p", "no:cacheprovider", "-q"],
-        cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout,
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout, check=False,
     )
     seconds = time.monotonic() - start
     print(f"{name} ({env}, -n {workers}, {len(files or case_files())} cases): exit {proc.returncode} in {seconds:.0f} s")
@@ -74,8 +73,8 @@ def snapshot(records: list[dict], seconds: float, workers: int) -> dict:
     by_case: dict[str, dict] = {}
     for r in records:
         by_case.setdefault(r["case"], {})[r["model"]] = outcome(r)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "pytest_retrace"], cwd=REPO,
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "pytest_retrace"], check=False, cwd=REPO,
                                 capture_output=True, text=True).stdout.strip())
     return {
         "schema": SCHEMA,
@@ -103,8 +102,9 @@ def load() -> dict:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        records, seconds = run_suite(Path(tmp), "calibration", workers=16, timeout=7200)
+    # the whole records are kept (reports/ is not tracked): a surprising verdict needs its details to explain it
+    records, seconds = run_suite(REPO / "reports", time.strftime("calibration-%Y%m%d-%H%M%S"), workers=16,
+                                 timeout=7200)
     data = snapshot(records, seconds, 16)
     SNAPSHOT.write_text(dumps(data))
     errors = sum(r["verdict"] == "error" for r in records)
