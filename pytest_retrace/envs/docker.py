@@ -191,10 +191,22 @@ class DockerEnvironment:
     def _network(self, name: str, internal: bool) -> None:
         import docker.errors
 
-        if self._client.networks.list(names=[name]):
-            return
-        with contextlib.suppress(docker.errors.APIError):  # 409: another worker made it in between
-            self._client.networks.create(name, driver="bridge", internal=internal, labels={LABEL: "network"})
+        import fcntl
+        import tempfile
+
+        # docker allows several networks of one name, and a container started on a name with two fails
+        # ("ambiguous"): 8 workers starting on a fresh engine made 8. A lock on this machine serialises check and
+        # create; workers on other machines are caught by keeping the oldest of the name and removing the rest.
+        with open(os.path.join(tempfile.gettempdir(), "pytest-retrace-docker-network.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self._client.networks.list(names=[name]):
+                with contextlib.suppress(docker.errors.APIError):
+                    self._client.networks.create(name, driver="bridge", internal=internal, labels={LABEL: "network"})
+            same = [n for n in self._client.networks.list(names=[name]) if n.name == name]
+            same.sort(key=lambda n: (n.attrs.get("Created", ""), n.id))
+            for extra in same[1:]:
+                with contextlib.suppress(docker.errors.APIError):  # in use by a container: it stays
+                    extra.remove()
 
     def _remove_leftovers(self) -> None:
         """Containers of owners that died on this machine without closing (stdin-once normally ends them)."""
