@@ -39,9 +39,11 @@ request to the guest may take), ``ready_timeout`` (seconds a new container may t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import socket
+import tempfile
 import time
 import urllib.parse
 import uuid
@@ -190,9 +192,6 @@ class DockerEnvironment:
 
     def _network(self, name: str, internal: bool) -> None:
         import docker.errors
-
-        import fcntl
-        import tempfile
 
         # docker allows several networks of one name, and a container started on a name with two fails
         # ("ambiguous"): 8 workers starting on a fresh engine made 8. A lock on this machine serialises check and
