@@ -202,7 +202,8 @@ def _matches(env: Environment, expected: np.ndarray, case: RecoveryCase, opts: R
         if time.monotonic() >= deadline:
             break
         time.sleep(VERIFY_POLL)
-    problem = f"{state} state off by {off} px (SSIM {ssim(shot, expected, case.masks):.4f})"
+    diff = screen_diff(shot, expected, case.masks)  # where it differs tells a dialog from a shifted layout
+    problem = f"{state} state off: {diff.describe()} (SSIM {ssim(shot, expected, case.masks):.4f})"
     if opts.verifier is None:
         return False, problem, shot
     try:
