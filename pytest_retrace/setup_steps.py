@@ -132,11 +132,12 @@ class ActivateStep(_Model):
 
 
 class SettleStep(_Model):
-    """Wait until the screen has stayed unchanged for `quiet` seconds (the environment's masks applied), at
-    most `timeout` seconds; a screen still changing then is an error. For apps that keep drawing after their
-    window shows (LibreOffice fills in toolbars and the sidebar for seconds, with pauses longer than an
-    action's settle window): a condition, where a fixed ``sleep`` is too short on a loaded machine and wasted
-    on an idle one."""
+    """Wait until the screen has stayed unchanged for `quiet` seconds (the environment's masks applied), and
+    then the task's processes have been idle for as long on that screen (where the environment can tell:
+    envs/setup.py), at most `timeout` seconds in all; a screen still changing, or a task still working, then
+    is an error. For apps that keep drawing after their window shows (LibreOffice fills in toolbars and the
+    sidebar for seconds, with pauses longer than an action's settle window), and keep working after that: a
+    condition, where a fixed ``sleep`` is too short on a loaded machine and wasted on an idle one."""
 
     type: Literal["settle"]
     quiet: Annotated[float, Field(gt=0, le=60, allow_inf_nan=False)] = 1.5

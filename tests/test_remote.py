@@ -104,6 +104,37 @@ def test_an_unreachable_guest_is_an_infrastructure_error(monkeypatch: pytest.Mon
     env.close()
 
 
+def test_a_guest_without_task_cpu_is_settled_on_the_screen_alone() -> None:
+    """OSWorld's server has no /task_cpu: the environment says it cannot tell (None), and asks only once."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked = []
+
+    class OSWorldLike(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<h1>Not Found</h1>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), OSWorldLike)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = RemoteEnvironment(size=SIZE, urls=f"http://127.0.0.1:{server.server_address[1]}")
+        env.attach(env.urls[0], None, probe=False)
+        assert env.task_cpu_seconds() is None
+        assert env.task_cpu_seconds() is None
+        assert asked == ["/task_cpu"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # -- against real guests -----------------------------------------------------------------------------------
 
 

@@ -155,6 +155,27 @@ def test_a_settle_setup_step_waits_out_an_app_that_draws_again_after_a_pause() -
         env.close()
 
 
+# works for 3 s on a screen that does not change, then draws nothing more: quiet is not ready
+WORKS_SILENTLY = "echo START; end=$((SECONDS + 3)); while [ $SECONDS -lt $end ]; do :; done; sleep 600"
+
+
+@pytest.mark.desktop
+def test_a_settle_setup_step_waits_for_the_tasks_processes_to_go_idle_not_only_for_a_quiet_screen() -> None:
+    """Measured: LibreOffice under load went on working on a screen quiet for 1.5 s and dropped the first click.
+    The settle step ends only once the task's processes have been idle for its quiet window too."""
+    env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
+    env.start()
+    try:
+        start = time.monotonic()
+        env.reset(_task(WORKS_SILENTLY, {"quiet": 1.0}), Path("."))
+        took = time.monotonic() - start
+        assert took >= 3.0 + 1.0, f"the reset ended {took:.1f} s after it began, while the task still worked"
+        with pytest.raises(EnvError, match=r"setup\[1\] \(settle\): the task's processes still used \d+% of a CPU after 4 s"):
+            env.reset(_task("echo START; while :; do :; done", {"quiet": 1.0, "timeout": 4}), Path("."))
+    finally:
+        env.close()
+
+
 def test_a_settle_step_quiet_window_must_fit_in_its_timeout() -> None:
     with pytest.raises(ValueError, match=r"quiet \(5 s\) must be shorter than timeout \(5 s\)"):
         SettleStep(type="settle", quiet=5, timeout=5)

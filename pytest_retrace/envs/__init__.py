@@ -95,6 +95,12 @@ class Environment(Protocol):
 
     def cursor_position(self) -> tuple[int, int]: ...
 
+    def task_cpu_seconds(self) -> float | None:
+        """CPU time the task's processes have used so far (user and system); None where the environment cannot
+        tell (an OSWorld VM's server has no such request). A setup's settle step waits on it for the task's
+        apps to go idle, not only quiet: a busy app can drop the first input (setup.py)."""
+        ...
+
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
         """Start an app of the task; with ``window``, wait until a window matching that regex shows."""
         ...

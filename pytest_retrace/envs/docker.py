@@ -365,6 +365,9 @@ class DockerEnvironment:
     def cursor_position(self) -> tuple[int, int]:
         return self.guest.cursor_position()
 
+    def task_cpu_seconds(self) -> float | None:
+        return self.guest.task_cpu_seconds()
+
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
         self.guest.launch(command, window, timeout)
 

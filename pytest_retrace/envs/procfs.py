@@ -1,4 +1,4 @@
-"""Finding a task's processes by the tag in their environment (``/proc/<pid>/environ``).
+"""Finding a task's processes by the tag in their environment (``/proc/<pid>/environ``), and their CPU time.
 
 A process in the middle of ``execve`` shows an *empty* environ: the kernel has switched to the new
 address space but not yet copied the environment into it (``mm->env_end`` is still 0). A plain scan
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 
 from . import EnvError
 
@@ -48,3 +49,17 @@ def read_environ(pid: int, timeout: float = 5.0) -> bytes:
 def tagged_pids(needle: bytes) -> list[int]:
     """Every live process whose environment contains `needle` (e.g. b"RETRACE_TASK=/tmp/x\\0")."""
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and needle in read_environ(int(e.name))]
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User and system CPU time the processes have used so far, their reaped children's included (proc(5):
+    utime, stime, cutime, cstime); a process gone meanwhile counts nothing."""
+    ticks = 0
+    for pid in pids:
+        fields = (_read(f"/proc/{pid}/stat") or b"").decode(errors="replace").rsplit(")", 1)[-1].split()
+        if len(fields) > 14:  # after "(comm)", utime is field 11 (proc(5) number 14)
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / _TICKS

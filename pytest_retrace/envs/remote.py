@@ -14,6 +14,8 @@ It relies only on OSWorld's documented endpoints and shapes, so it works against
   through ``/execute``; a guest with neither can only be waited for by the screen changing (documented
   fallback: the launch then waits until the screenshot differs from the one before, then settles);
 - the screen: ``POST /screen_size`` (checked against the case's size at start), ``GET /cursor_position``.
+- ``GET /task_cpu`` (``retrace guest`` only): the task's CPU time, which a setup's settle step waits on to go
+  idle; a guest without it (OSWorld's) is settled on the screen alone.
 
 Options (``--retrace-env-option KEY=VALUE`` or an ``envs/NAME.yaml``; docs/environments.md):
 
@@ -241,6 +243,7 @@ class RemoteEnvironment:
         self._client: _Client | None = None
         self._cases = 0  # resets done: without a reset command only one case may run on a guest
         self._window_tool: str | None = None  # "xdotool", "wmctrl" or "" (neither), found at start
+        self._task_cpu: bool | None = None  # False: the guest cannot tell (task_cpu_seconds)
 
     @staticmethod
     def _parse_reset(reset: str | None) -> tuple[str | None, str | None]:
@@ -272,6 +275,7 @@ class RemoteEnvironment:
         without `probe` (its image is known to have pyautogui and xdotool)."""
         self.url = url
         self._client = _Client(url, token, self.timeout)
+        self._task_cpu = None
         if not probe:
             self._window_tool = "xdotool"
             return
@@ -432,6 +436,19 @@ class RemoteEnvironment:
             return int(data[0]), int(data[1])
         except (TypeError, ValueError):
             raise EnvError(f"{self.url}/cursor_position: unexpected answer {reply.body[:200]!r}") from None
+
+    def task_cpu_seconds(self) -> float | None:
+        """``retrace guest``'s ``GET /task_cpu``; None from a guest without it (OSWorld's server: 404), asked once."""
+        if self._task_cpu is False:
+            return None
+        reply = self.client.request("GET", "/task_cpu", idempotent=True)
+        data = reply.json() if reply.status == 200 else None
+        if not isinstance(data, dict) or not isinstance(data.get("seconds"), (int, float)):
+            if reply.status in (404, 405):
+                self._task_cpu = False
+                return None
+            raise EnvError(f"{self.url}/task_cpu: HTTP {reply.status}: {reply.body[:200]!r}")
+        return float(data["seconds"])
 
     # -- files and processes -----------------------------------------------------------------------
     def read_file(self, path: str) -> bytes | None:

@@ -44,6 +44,7 @@ from .desktop import OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
 from .xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, type_command, typable
 from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
+from .procfs import cpu_seconds
 from .setup import apply_setup
 
 NETWORK_MODES = ("none", "host")
@@ -282,6 +283,9 @@ class XvfbEnvironment:
     def session_pids(self) -> list[int]:
         """Every live process of the current task."""
         return self.sandbox.pids() if self.sandbox is not None else []
+
+    def task_cpu_seconds(self) -> float:
+        return cpu_seconds(self.session_pids())
 
     def kill_session(self) -> None:
         if self.sandbox is not None:

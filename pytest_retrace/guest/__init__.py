@@ -14,6 +14,7 @@ OSWorld VM and a guest running this server are interchangeable for that provider
     POST /screen_size       {"width", "height"}
     GET  /cursor_position   [x, y]
     GET  /health            {"status": "ok"} (ours: OSWorld has no health check)
+    GET  /task_cpu          {"seconds": CPU time of the task's processes so far} (ours: settling on idle)
 
 Unlike OSWorld's server it binds 127.0.0.1 by default, takes a bearer token (and refuses a non-loopback
 address without one), limits request bodies, command time and output, confines file reads and writes to the

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from ..envs import FileRefused
 from ..envs.guestfs import MAX_READ, GuestFS
+from ..envs.procfs import cpu_seconds
 from .desktop import Desktop, DesktopError
 
 MAX_JSON = 1024 * 1024  # the body of any request but an upload
@@ -180,6 +181,31 @@ class Guest:
         self.env = dict(config.env if config.env is not None else os.environ)
         if config.display:
             self.env["DISPLAY"] = config.display  # apps and commands show on the display served
+
+    # processes
+    def task_pids(self) -> list[int]:
+        """The task's processes: every process of ``run_as``'s user, or, when commands run as the server's own
+        user, the server's descendants (what it started)."""
+        parents: dict[int, int] = {}
+        owners: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = Path(f"/proc/{entry.name}/status").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            parents[int(entry.name)] = int(fields["PPid"])
+            owners[int(entry.name)] = int(fields["Uid"].split()[0])  # the real uid
+        if self.config.run_as is not None:
+            return [pid for pid, uid in owners.items() if uid == self.config.run_as[0]]
+        found, frontier = [], [os.getpid()]
+        while frontier:
+            children = [pid for pid, parent in parents.items() if parent in frontier]
+            found += children
+            frontier = children
+        return found
 
     # paths
     def absolute(self, path: str) -> str:
@@ -499,6 +525,10 @@ def create_app(config: GuestConfig) -> Any:
         x, y = await run_in_threadpool(guest.desktop.cursor_position)
         return JSONResponse([x, y])
 
+    async def task_cpu(request: Any) -> Any:
+        seconds = await run_in_threadpool(lambda: cpu_seconds(guest.task_pids()))
+        return JSONResponse({"seconds": seconds})
+
     async def http_error(request: Any, exc: HTTPException) -> Any:
         return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
@@ -520,6 +550,7 @@ def create_app(config: GuestConfig) -> Any:
         Route("/platform", get_platform, methods=["GET"]),
         Route("/screen_size", screen_size, methods=["POST"]),
         Route("/cursor_position", cursor_position, methods=["GET"]),
+        Route("/task_cpu", task_cpu, methods=["GET"]),  # retrace's own: see Environment.task_cpu_seconds
     ]
     middleware = [
         Middleware(_Auth, token=config.token),
