@@ -77,19 +77,22 @@ def test_screen_endpoints(guest: Guest) -> None:
     assert colours is None or len(colours) >= 2  # the white xterm on the black root window
 
 
-def test_task_cpu_counts_what_the_task_runs_and_stops_when_it_is_idle(guest: Guest) -> None:
+def test_task_cpu_counts_what_the_task_runs_and_stops_when_it_is_idle(guest: Guest, tmp_path: Path) -> None:
     """retrace's own request, which a setup's settle step waits on: the CPU time of the processes the guest
     started (as its own user: its descendants), so an app working on a quiet screen is told apart."""
     def seconds() -> float:
         return guest.request("GET", "/task_cpu").json()["seconds"]
 
-    burn = "end=$((SECONDS + 2)); while [ $SECONDS -lt $end ]; do :; done"
-    assert guest.post_json("/setup/launch", {"command": ["bash", "-c", burn], "shell": False}).status == 200
-    time.sleep(0.3)
+    done = tmp_path / "done"
+    burn = f"end=$((SECONDS + 4)); while [ $SECONDS -lt $end ]; do :; done; touch {done}"
     first = seconds()
-    time.sleep(1.0)
-    assert seconds() - first >= 0.5, "a busy task's CPU time did not grow"
-    time.sleep(2.0)  # the loop has ended
+    assert guest.post_json("/setup/launch", {"command": ["bash", "-c", burn], "shell": False}).status == 200
+    deadline = time.monotonic() + 3.5  # the loop's 4 s, whatever share of a CPU a loaded machine gives it
+    while seconds() - first < 0.3:
+        assert time.monotonic() < deadline, "a busy task's CPU time did not grow"
+        time.sleep(0.1)
+    while not done.exists():
+        time.sleep(0.1)
     idle = seconds()
     time.sleep(0.5)
     assert seconds() - idle < 0.05
