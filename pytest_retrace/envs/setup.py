@@ -121,12 +121,12 @@ def _settle(env: Environment, step: SettleStep, masks: Sequence[Rect]) -> None:
     deadline = time.monotonic() + step.timeout
     while True:
         remaining = deadline - time.monotonic()
-        settled = wait_stable(env.screenshot, SettleConfig(timeout=max(remaining, step.quiet + 0.1), quiet=step.quiet),
-                              masks) if remaining > step.quiet else None
+        settled = wait_stable(env.screenshot, SettleConfig(timeout=remaining, quiet=step.quiet), masks) \
+            if remaining > step.quiet else None
         if settled is None or not settled.stable:
             raise EnvError(f"the screen still changed after {step.timeout:g} s (waited for {step.quiet:g} s "
                            "without a change)")
-        quiet = apply_masks(env.screenshot(), masks)
+        quiet = apply_masks(settled.frame, masks)  # the quiet screen itself: no second grab
         share = _wait_idle(env, step.quiet, deadline)
         if share is not None:
             raise EnvError(f"the task's processes still used {share:.0%} of a CPU after {step.timeout:g} s (waited "
