@@ -91,6 +91,18 @@ def test_typing_unicode_text_reaches_the_app_exactly(env: XvfbEnvironment, text:
     assert env.read_file("~/notes.txt").decode() == text
 
 
+def test_a_key_released_late_types_once_as_it_does_on_a_quiet_machine(env: XvfbEnvironment) -> None:
+    """Under load xdotool, or the X server, can stall between a key's press and its release. With autorepeat
+    (the X default: a repeat after 660 ms) the key then typed again, so a replayed step's effect depended on
+    the machine's load: a `tab` moved past a form field in a calibration run at -n 16."""
+    env.reset(MOUSEPAD, Path("."))
+    env.execute(Action("key_down", keys=("a",)))
+    time.sleep(1.5)  # the stall, made long on purpose
+    env.execute(Action("key_up", keys=("a",)))
+    env.execute(Action("hotkey", keys=("ctrl", "s")))
+    assert env.read_file("~/notes.txt") == b"a"
+
+
 def test_settled_screenshot_already_shows_the_effect_of_an_action(env: XvfbEnvironment) -> None:
     env.reset(MOUSEPAD, Path("."))
     before = env.screenshot()

@@ -217,13 +217,14 @@ def test_the_next_case_on_the_same_desktop_starts_as_on_a_fresh_one(env: XvfbEnv
     # state of the X server itself, which no process of the task holds: remapped keys and buttons, a root
     # window colour, autorepeat, a held modifier
     agent_types(env, "echo 'PS1=x' >> ~/.bashrc; xmodmap -e 'keycode 38 = z'; "
-                     "xsetroot -solid red; xset r off; cd /")
+                     "xsetroot -solid red; xset r on; cd /")
     env.execute(Action("key_down", keys=("ctrl",)))
     assert "z" in env.run("xmodmap -pke | grep '^keycode  38 '").stdout.split()  # the attack took effect
-    assert "off" in env.run("xset q | grep 'auto repeat:'").stdout.split()[:3]
+    assert "on" in env.run("xset q | grep 'auto repeat:'").stdout.split()[:3]
     env.reset(XTERM, Path("."))
     assert np.array_equal(env.screenshot(), fresh)
     assert "z" not in env.run("xmodmap -pke | grep '^keycode  38 '").stdout.split()
+    assert "off" in env.run("xset q | grep 'auto repeat:'").stdout.split()[:3]
     agent_types(env, "echo abc > ~/typed.txt")  # 'a' is keycode 38: the keyboard is back to normal
     assert env.read_file("~/typed.txt") == b"abc\n"
 

@@ -43,10 +43,14 @@ def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:
     Its socket file is its only listener (no TCP, no abstract socket, which any process of the network
     namespace could reach); no cursor is drawn, 96 DPI, XTest for input; ``-noreset``: by default the server
     resets when its last client disconnects, and a connection arriving during that reset fails (measured:
-    openbox then exited with "Failed to open the display" in 13 of 360 starts)."""
+    openbox then exited with "Failed to open the display" in 13 of 360 starts). ``-r``: no key autorepeat. With
+    it, a key whose release reached the server more than 660 ms after its press typed twice, and under load
+    (-n 16 on 2 cores) xdotool or the server itself can stall that long between the two: a replayed `tab`
+    then skipped a form field, so how many keys an action typed depended on the machine's load."""
     w, h = size
     return ["Xvfb", f":{number}", "-displayfd", str(ready_fd), "-screen", "0", f"{w}x{h}x24",
-            "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST", "-noreset"]
+            "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST", "-noreset",
+            "-r"]
 
 
 def task_environment(display: str, home: str = GUEST_HOME, user: str = GUEST_USER,
