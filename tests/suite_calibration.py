@@ -1,7 +1,9 @@
 """The built-in suite's full calibration, recorded: every case under the three baselines at -n 16, reduced to
 what the calibration checks, and written to ``cases/calibration.json`` with a digest of each case's files.
 
-    .venv/bin/python -m tests.suite_calibration      # about 25 minutes on the 2-core machine; commit the file
+    .venv/bin/python -m tests.suite_calibration          # about 35 minutes on the 2-core machine; commit the file
+    .venv/bin/python -m tests.suite_calibration --check  # run it again: the flips against the recorded file
+
 
 CI does not run the whole suite (docs in tests/test_suite.py): it checks the recorded run (its properties, and
 that it covers exactly the cases of this checkout, byte for byte) and re-runs a fixed sample against it. So a
@@ -101,17 +103,37 @@ def load() -> dict:
     return json.loads(SNAPSHOT.read_text())
 
 
-def main() -> int:
+def flips(recorded: dict, run: dict) -> list[str]:
+    """Every (case, baseline) whose outcome differs between two calibrations, with both outcomes."""
+    out = []
+    for case_id in sorted(recorded["cases"].keys() | run["cases"].keys()):
+        old, new = (c.get(case_id, {}).get("runs", {}) for c in (recorded["cases"], run["cases"]))
+        out += [f"{case_id} {m}: recorded {old.get(m)}, now {new.get(m)}" for m in MODELS if old.get(m) != new.get(m)]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    check = argv == ["--check"]
+    if argv and not check:
+        print("usage: python -m tests.suite_calibration [--check]", file=sys.stderr)
+        return 2
     # the whole records are kept (reports/ is not tracked): a surprising verdict needs its details to explain it
-    records, seconds = run_suite(REPO / "reports", time.strftime("calibration-%Y%m%d-%H%M%S"), workers=16,
-                                 timeout=7200)
+    name = time.strftime("calibration-%Y%m%d-%H%M%S")
+    records, seconds = run_suite(REPO / "reports", name, workers=16, timeout=7200)
     data = snapshot(records, seconds, 16)
-    SNAPSHOT.write_text(dumps(data))
     errors = sum(r["verdict"] == "error" for r in records)
+    if check:  # the recorded file stays; this run's own is kept next to its records
+        (REPO / "reports" / name / "calibration.json").write_text(dumps(data))
+        differ = flips(load(), data)
+        print("\n".join(differ))
+        print(f"{len(records)} tests, {errors} infrastructure errors, {len(differ)} flips against "
+              f"{SNAPSHOT.relative_to(REPO)}")
+        return 1 if differ or errors else 0
+    SNAPSHOT.write_text(dumps(data))
     print(f"wrote {SNAPSHOT.relative_to(REPO)}: {len(records)} tests, {errors} infrastructure errors; "
           f"check it with: .venv/bin/pytest tests/test_suite.py -k recorded")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 import pytest
+from PIL import Image
 
 from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
@@ -258,7 +258,7 @@ def test_on_a_real_desktop_a_quiet_screen_costs_two_grabs_with_damage_not_one_ev
             env.reset(_task("echo READY; sleep 600", {"quiet": 0.5}), Path("."))
             grabs = []
             real = env.screenshot
-            env.screenshot = lambda: grabs.append(1) or real()  # type: ignore[method-assign]
+            env.screenshot = lambda grabs=grabs, real=real: grabs.append(1) or real()  # type: ignore[method-assign]
             settled = env.settle()
             assert settled.stable and np.array_equal(settled.frame, real())
             counts[signal] = len(grabs)
