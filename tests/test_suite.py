@@ -13,7 +13,7 @@
   flips over 4 runs;
 - the docker environment (a fresh container per case) on one case per app: the recorded verdicts.
 
-Why the full suite is recorded rather than run in every CI run: it takes 25 minutes of this machine's two
+Why the full suite is recorded rather than run in every CI run: it takes 25 to 30 minutes of this machine's two
 cores with nothing else running, and CI's other tests take about 20 more, so CI would pass 45 minutes (it
 did: 53 and 66 minutes, and next to the other tests' desktops the 16 workers' runs came out with
 infrastructure errors the quiet machine never shows). What a code change can break shows on the sample (every
