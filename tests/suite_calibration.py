@@ -1,9 +1,8 @@
 """The built-in suite's full calibration, recorded: every case under the three baselines at -n 16, reduced to
 what the calibration checks, and written to ``cases/calibration.json`` with a digest of each case's files.
 
-    .venv/bin/python -m tests.suite_calibration          # about 35 minutes on the 2-core machine; commit the file
+    .venv/bin/python -m tests.suite_calibration          # about 30 minutes on the 2-core machine; commit the file
     .venv/bin/python -m tests.suite_calibration --check  # run it again: the flips against the recorded file
-
 
 CI does not run the whole suite (docs in tests/test_suite.py): it checks the recorded run (its properties, and
 that it covers exactly the cases of this checkout, byte for byte) and re-runs a fixed sample against it. So a
