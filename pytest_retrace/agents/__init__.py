@@ -33,10 +33,13 @@ Mode = Literal["forward", "recovery", "perturbation"]
 class AgentInfraError(RuntimeError):
     """The agent could not be asked at all: transport failure after retries (``transport``), a request the
     API rejects whatever the model does (``api``: bad key, unknown model), or a broken setup (``config``).
-    An infrastructure error: the case leaves every rate."""
+    An infrastructure error: the case leaves every rate. Its message never quotes a credential (a server
+    may echo the key it was sent): it is redacted here, whoever raises it."""
 
     def __init__(self, message: str, kind: str = "transport") -> None:
-        super().__init__(message)
+        from .secrets import redact
+
+        super().__init__(redact(message))
         self.kind = kind
 
 

@@ -24,8 +24,9 @@ from pydantic import Field, field_validator
 from ..actions import Action, ActionError
 from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
 from .images import b64, crop_zoom, encode_png
-from .llm import Endpoint, ImageOptions, ModelAgent, ModelOptions, keys_of, text_placeholder
+from .llm import Endpoint, ImageOptions, ModelAgent, ModelOptions, keys_of, redacted_errors, text_placeholder
 from .prompts import Image, Part, Text
+from .secrets import redact
 
 TOOL_BETAS = {
     "computer_20250124": "computer-use-2025-01-24",
@@ -365,13 +366,14 @@ class AnthropicChat:
                 content.append({"type": "text", "text": part.text})
         kwargs: dict[str, Any] = {"model": self.opts.model, "max_tokens": self.opts.max_tokens,
                                   "system": system, "messages": [{"role": "user", "content": content}]}
-        response = self.endpoint.call(lambda: self.client.messages.create(**kwargs), usage)
+        with redacted_errors():  # what the API answers may quote the key: see .secrets
+            response = self.endpoint.call(lambda: self.client.messages.create(**kwargs), usage)
         usage.input_tokens += response.usage.input_tokens or 0
         usage.output_tokens += response.usage.output_tokens or 0
         from .transport import price
 
         usage.cost = price(usage, self.opts.prices)
-        return "\n".join(b.text for b in response.content if getattr(b, "type", None) == "text").strip(), usage
+        return redact("\n".join(b.text for b in response.content if getattr(b, "type", None) == "text").strip()), usage
 
     def close(self) -> None:
         self.client.close()

@@ -11,7 +11,8 @@ parse is answered once with the parser's message; a second bad reply is an inval
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,9 +20,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..actions import Action, ActionError
 from ..actions.pyautogui import to_pyautogui
-from . import AgentConfigError, AgentContext, AgentTurn, ModelConfig, Observation, Usage, parse_options
+from . import (
+    AgentConfigError,
+    AgentContext,
+    AgentInfraError,
+    AgentTurn,
+    ModelConfig,
+    Observation,
+    Usage,
+    parse_options,
+)
 from .images import CoordinateSpace, Scaler
 from .prompts import PLACEHOLDER, Prompts
+from .secrets import install_log_filter, redact, register_secret, scrub_exception
 from .transport import CallStats, Transport, TransportOptions, price
 
 
@@ -60,7 +71,8 @@ def _config_dir(config: ModelConfig) -> Path:
 
 class Endpoint:
     """A provider endpoint as a config describes it: key, base URL, transport (retries and the shared
-    concurrency limit). Keys are read from the environment only and never leave the SDK client."""
+    concurrency limit). Keys are read from the environment only and never leave the SDK client: the key is
+    registered with :mod:`.secrets`, so no message, reply text or SDK log record of this process quotes it."""
 
     def __init__(self, config: ModelConfig, opts: ModelOptions, provider: str, default_url: str,
                  url_variable: str | None, transient: tuple[type[BaseException], ...],
@@ -71,6 +83,8 @@ class Endpoint:
             if not self.api_key and key_required:
                 raise AgentConfigError(f"{config.where}: options.api_key_env: the environment variable "
                                        f"{opts.api_key_env} is not set (keys are read from the environment only)")
+        register_secret(self.api_key)
+        install_log_filter()  # the SDK is imported by now, and with it its loggers
         override = os.environ.get(opts.base_url_env) if opts.base_url_env else None
         # None lets the SDK read its own variable (ANTHROPIC_BASE_URL, OPENAI_BASE_URL) exactly as it would
         self.base_url = override or opts.base_url
@@ -117,6 +131,15 @@ class ModelAgent:
         self._reset()
 
     def act(self, observation: Observation) -> AgentTurn:
+        """One turn; what it returns or raises quotes no credential (see :mod:`.secrets`): a rationale and an
+        invalid reply's message are the model's words, which a server may fill with the key it was sent."""
+        with redacted_errors():
+            turn = self._act(observation)
+        turn.rationale = redact(turn.rationale)
+        turn.invalid = None if turn.invalid is None else redact(turn.invalid)
+        return turn
+
+    def _act(self, observation: Observation) -> AgentTurn:
         usage = Usage()
         self.observation = observation
         self._observe(observation)
@@ -199,6 +222,22 @@ class ModelAgent:
 
     def _rationale(self, reply: Any) -> str:
         return ""
+
+
+@contextmanager
+def redacted_errors() -> Iterator[None]:
+    """Whatever escapes the block leaves it with no credential in its text, nor in that of the exceptions
+    chained to it: an AgentInfraError is redacted when made; anything else (a bug, an SDK error the
+    transport passes through) keeps its type where it can (the run calls it an agent bug by its type)."""
+    try:
+        yield
+    except AgentInfraError:
+        raise
+    except Exception as exc:
+        scrubbed = scrub_exception(exc)
+        if scrubbed is exc:
+            raise
+        raise scrubbed from None
 
 
 def text_placeholder(block: dict[str, Any]) -> None:

@@ -24,8 +24,9 @@ from pydantic import Field
 from ..actions import Action, ActionError, normalize_key
 from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
 from .images import data_url, encode_png
-from .llm import Endpoint, ModelAgent, ModelOptions
+from .llm import Endpoint, ModelAgent, ModelOptions, redacted_errors
 from .prompts import Image, Part, Text
+from .secrets import redact
 from .transport import price
 
 _BUTTONS = {"left": "left", "right": "right", "wheel": "middle", "middle": "middle"}
@@ -285,12 +286,13 @@ class OpenAIChat:
             kwargs["temperature"] = self.opts.temperature
         if self.opts.reasoning_effort:
             kwargs["reasoning"] = {"effort": self.opts.reasoning_effort}
-        response = self.endpoint.call(lambda: self.client.responses.create(**kwargs), usage)
+        with redacted_errors():  # what the API answers may quote the key: see .secrets
+            response = self.endpoint.call(lambda: self.client.responses.create(**kwargs), usage)
         if response.usage is not None:
             usage.input_tokens += response.usage.input_tokens or 0
             usage.output_tokens += response.usage.output_tokens or 0
         usage.cost = price(usage, self.opts.prices)
-        return (response.output_text or "").strip(), usage
+        return redact((response.output_text or "").strip()), usage
 
     def close(self) -> None:
         self.client.close()

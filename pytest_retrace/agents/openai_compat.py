@@ -20,8 +20,9 @@ from pydantic import Field
 from ..actions import Action, ParsedReply
 from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
 from .images import data_url, encode_png
-from .llm import Endpoint, ModelAgent, ModelOptions, text_placeholder
+from .llm import Endpoint, ModelAgent, ModelOptions, redacted_errors, text_placeholder
 from .prompts import Image, Part, Text
+from .secrets import redact
 from .transport import price
 
 
@@ -159,11 +160,12 @@ class CompatChat:
                                                {"role": "user", "content": content}]}
         if self.opts.temperature is not None:
             kwargs["temperature"] = self.opts.temperature
-        response = self.endpoint.call(lambda: self.client.chat.completions.create(**kwargs), usage)
+        with redacted_errors():  # what the API answers may quote the key: see .secrets
+            response = self.endpoint.call(lambda: self.client.chat.completions.create(**kwargs), usage)
         _usage(response, usage)
         usage.cost = price(usage, self.opts.prices)
         message = response.choices[0].message if response.choices else None
-        return ((message.content if message is not None else None) or "").strip(), usage
+        return redact(((message.content if message is not None else None) or "").strip()), usage
 
     def close(self) -> None:
         self.client.close()

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import AgentInfraError
+from .secrets import redact
 
 T = TypeVar("T")
 RETRIABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -122,7 +123,8 @@ class Transport:
 
 
 def _brief(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    # redacted before it is cut: a key cut in two would no longer be recognised, and half a key is a leak
+    text = redact(" ".join(str(exc).split()))
     return text if len(text) <= 300 else text[:297] + "..."
 
 

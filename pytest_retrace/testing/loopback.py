@@ -1253,3 +1253,32 @@ class UndoingClaude:
         finally:
             with self._lock:
                 self._now -= 1
+
+
+class EchoingCredentials:
+    """A responder playing an API that quotes back the credentials it was sent, as some servers do in their
+    401 (`invalid key Bearer sk-...`): every answer's text holds the request's `authorization` and
+    `x-api-key` header values. `status` 401 (or any error status) answers with a provider-shaped error body;
+    200 answers with the provider's final reply whose text is the echo (Claude's text, a Responses message,
+    a chat completion), so the echo reaches what an adapter keeps of a reply: its rationale, or the message of
+    a reply that does not parse. For testing that no key leaves an adapter, whatever the path."""
+
+    def __init__(self, status: int = 401) -> None:
+        self.status = status
+
+    @staticmethod
+    def echo(request: Request) -> str:
+        """The header values as sent, and the bare key too (a server may quote either)."""
+        sent = [request.headers[h] for h in ("authorization", "x-api-key") if request.headers.get(h)]
+        bare = sorted({v.removeprefix("Bearer ").strip() for v in sent})
+        return f"invalid key {' / '.join(sent) or '(none sent)'} (key: {', '.join(bare)})"
+
+    def __call__(self, request: Request) -> Reply:
+        text = self.echo(request)
+        if self.status != 200:
+            return Reply.error(request.provider, self.status, text)
+        if request.provider == ANTHROPIC:
+            return Reply(anthropic_message([text_block(text)]))
+        if request.provider == OPENAI_RESPONSES:
+            return Reply(openai_response([message_item(text)]))
+        return Reply(chat_completion(text))
