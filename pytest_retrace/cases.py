@@ -14,7 +14,7 @@ import math
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -181,6 +181,10 @@ class RecoveryCase(_Model):
     screen: ScreenSize = DEFAULT_SCREEN
     masks: list[Rect] = []
     probes: list[Probe] = []  # checks of s_error beyond its pixels (probes.py)
+    # Declared by a hand-written hidden-state case whose error state nothing can observe (a shell alias lives
+    # only in the shell's memory): `retrace record` accepts it without a probe, on its recorded determinism
+    # alone (the remaining gt actions failed from the error state on every replay), and says so.
+    verified_by: Literal["determinism"] | None = None
     metadata: Annotated[dict[Any, Any], AfterValidator(_metadata)] = {}  # keys checked by _metadata
     path: Path = Path("<memory>")
 
@@ -206,6 +210,15 @@ class RecoveryCase(_Model):
                     if cx is not None and cy is not None and not (cx < w and cy < h):
                         raise ValueError(f"{name}[{i}]: {action.kind} at ({cx}, {cy}) is outside the {w}x{h} "
                                          "screen")
+        if self.verified_by == "determinism":
+            if self.probes:
+                raise ValueError(f"verified_by: 'determinism' declares that nothing can observe the error state, "
+                                 f"but the case has {len(self.probes)} probe(s), which replay checks: keep the "
+                                 "probes and drop verified_by")
+            kind = self.metadata.get("kind")
+            if kind not in (None, "hidden-state"):
+                raise ValueError(f"verified_by: 'determinism' is for hidden-state cases (an error screen equal "
+                                 f"to the target), but metadata.kind is {_show(kind)}: its screen verifies it")
         self._check_paths()
         return self
 
@@ -244,6 +257,16 @@ class RecoveryCase(_Model):
     @property
     def error_png(self) -> Path:
         return self.dir / self.screenshots.error
+
+    @property
+    def error_state_verified_by(self) -> str:
+        """What confirms, on every replay, that the perturbation reached s_error: `probes` (replay checks them
+        besides the pixels), `determinism` (declared: nothing at replay can tell s_error from s_target; only
+        `retrace record`'s replays showed the remaining gt actions failing from it), or `screen` (the pixel
+        check alone, which suffices when the error screen differs from the target's)."""
+        if self.probes:
+            return "probes"
+        return "determinism" if self.verified_by == "determinism" else "screen"
 
     @property
     def horizon(self) -> str:

@@ -18,7 +18,7 @@ from ..cases import RecoveryCase, load_case, outside_dir, vm_files
 from ..envs import Environment
 from ..evaluators import LATE_WRITES, evaluate
 from ..probes import narrowest, standard_getters
-from .verify import Rejected, replay, verify_candidate
+from .verify import Rejected, Verified, replay, verify_candidate
 
 
 class RecordError(Exception):
@@ -32,6 +32,7 @@ class Recording:
     error: np.ndarray
     kind: str
     checks: list[str] = field(default_factory=list)
+    verified_by: str = "screen"  # what confirms s_error on replay: screen, probes or determinism (cases.py)
 
 
 def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int = 0, threshold: float = 0.99,
@@ -45,15 +46,22 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     checks = [f"full trajectory succeeds on {replays}/{replays} replays"]
     # a case may declare the kind its author meant; a harmless mistake then has to be meant as visual-only
     intent = case.metadata.get("intended_kind", case.metadata.get("kind"))
+    declared = case.verified_by == "determinism"
     try:
         got = verify_candidate(env, case.task, case.dir, case.prefix, case.perturbation, case.suffix, runs=replays,
                                threshold=threshold, intent=intent, masks=case.masks, tolerance=tolerance,
                                probes=list(dict.fromkeys([*(p.get for p in case.probes),
-                                                          *standard_getters(vm_files(case.task.evaluator))])))
+                                                          *standard_getters(vm_files(case.task.evaluator))])),
+                               unverifiable_ok=declared)
     except Rejected as exc:
-        raise RecordError(f"{path}: {exc.reason}: {exc}") from None
+        hint = ("; if nothing the task exposes can see the error state (it lives only in a process's memory: a "
+                "shell alias, an undo history), declare `verified_by: determinism` (docs/cases.md)"
+                if exc.reason == "unverifiable" else "")
+        raise RecordError(f"{path}: {exc.reason}: {exc}{hint}") from None
     found = {p.get: p.target for p in got.probes}
-    if got.identical and not case.probes:
+    if declared:
+        checks.append(_declaration_holds(path, got, replays))
+    elif got.identical and not case.probes:
         # a hidden-state case must say how replay can tell its error state from the target: suggest a probe
         snippet = yaml.safe_dump({"probes": [q.model_dump(mode="json") for q in narrowest(got.probes)]},
                                  sort_keys=False, width=200)
@@ -78,7 +86,24 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         for field, rel, arr in (("screenshots.target", case.screenshots.target, got.target),
                                 ("screenshots.error", case.screenshots.error, got.error)):
             _write_png(case, field, rel, arr)
-    return Recording(case, got.target, got.error, got.kind, checks)
+    return Recording(case, got.target, got.error, got.kind, checks, case.error_state_verified_by)
+
+
+def _declaration_holds(path: Path, got: Verified, replays: int) -> str:
+    """The check line for a case declaring `verified_by: determinism`, or RecordError when the declaration is
+    not needed: a differing screen or a probe verifies the error state on every replay, and a declaration that
+    drops that check would only weaken the case."""
+    if not got.identical:
+        raise RecordError(f"{path}: verified_by: the error screen differs from the target screen, so replay's "
+                          "pixel check verifies the error state: drop `verified_by: determinism`")
+    if got.probes:
+        snippet = yaml.safe_dump({"probes": [q.model_dump(mode="json") for q in narrowest(got.probes)]},
+                                 sort_keys=False, width=200)
+        raise RecordError(f"{path}: verified_by: {got.probes[0].describe()} tells s_error from s_target on every "
+                          f"one of {replays} replays, so replay can check it: drop `verified_by: determinism` "
+                          f"and add:\n{snippet}")
+    return (f"error state verified by determinism only (declared): no probe tells s_error from s_target, and the "
+            f"remaining gt actions failed from it on {replays}/{replays} replays; replay checks its pixels only")
 
 
 def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> None:

@@ -9,7 +9,8 @@ from reset. It becomes a case only if
   the screen is visibly off (SSIM below R_O's threshold);
 - an error screen equal to the target screen is verifiable: some probe (a getter: a file's hash, a
   command's output) has one value at s_target on every run and another one at s_error on every run. Such a
-  case carries its probes, and every replay checks them (replay.py).
+  case carries its probes, and every replay checks them (replay.py). A hand-written case whose error state
+  nothing can observe may declare `verified_by: determinism` (`retrace record` only; the build never does).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..actions import Action
 from ..cases import Task
 from ..envs import Environment
 from ..evaluators import LATE_WRITES, evaluate
-from ..probes import CommandGetter, FileGetter, Probe, digest, poll, probe_value, settled_values
+from ..probes import AnyGetter, Probe, digest, poll, probe_value, settled_values
 from ..similarity import differing_pixels, ssim
 
 LATE_READ = 3.0  # seconds after which a probe's target value is read again: it must not have moved
@@ -85,11 +86,13 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
                      perturbation: Sequence[Action], suffix: Sequence[Action], *, runs: int,
                      threshold: float, intent: str | None = None, masks: Masks = None, tolerance: int = 0,
                      expect_target: np.ndarray | None = None,
-                     probes: Sequence[FileGetter | CommandGetter] = ()) -> Verified:
+                     probes: Sequence[AnyGetter] = (), unverifiable_ok: bool = False) -> Verified:
     """Replay the candidate `runs` times and return what it measurably is, or raise :class:`Rejected`.
 
     A harmless mistake (the remaining gt actions still succeed) is kept as visual-only only when the
     screen is visibly off and `intent` allows it (None: a hand-written case, judged on measurement alone).
+    `unverifiable_ok`: an error screen equal to its target that no probe tells apart is returned (with no
+    probes) instead of rejected, for a case that declares it is verified by its recorded determinism only.
     EnvError propagates: a crashed desktop is the caller's to count, never a verdict on the candidate."""
     masks = list(masks or [])
     targets, errors, verdicts = [], [], []
@@ -138,7 +141,7 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
     found = [Probe(get=g, target=at_target[0][j]) for j, g in enumerate(probes)
              if j not in timed and len({t[j] for t in at_target}) == 1
              and all(e[j] != at_target[0][j] for e in at_error)]
-    if identical and not found:
+    if identical and not found and not unverifiable_ok:
         raise Rejected("unverifiable", "the error screen equals the target screen and no probe tells them apart "
                                        f"(tried: {', '.join(g.describe() for g in probes) or 'none'})")
     return Verified(targets[0], errors[0], passed, sim, measured_kind(passed, sim, threshold, identical),
