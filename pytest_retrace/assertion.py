@@ -38,6 +38,8 @@ def explain(result: RecoveryResult) -> list[str]:
     lines = [f"case {result.case_id} not recovered: R_O={result.r_o}, R_TC={result.r_tc}"]
     if result.r_o:
         lines.append(f"R_O ok: SSIM {result.ssim:.4f} >= {result.ssim_threshold}")
+    elif result.ssim is None:
+        lines.append(f"R_O failed: {result.unobserved or 'not observed'}")
     else:
         where = result.diff.describe() if result.diff else "unknown"
         lines.append(f"R_O failed: SSIM {result.ssim:.4f} < {result.ssim_threshold}; {where}")

@@ -129,7 +129,7 @@ class Record(_Model):
             recovered=None if err else result.recovered, r_o=result.r_o, r_tc=result.r_tc, ssim=result.ssim,
             ssim_threshold=result.ssim_threshold, evaluator_score=ev.score if ev else None,
             evaluator_details=list(ev.details) if ev else [],
-            screen_diff=result.diff.describe() if result.diff else None,
+            screen_diff=result.diff.describe() if result.diff else result.unobserved,
             probes=[ProbeCheck(probe=p, restored=r) for p, r in result.probes.items()],
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
             attempts=result.attempts, reconstruction=dict(result.reconstruction), agent_turns=result.agent_turns,

@@ -9,7 +9,13 @@ Who is to blame decides how a problem counts, and an agent must never be able to
 - everything the model does — a reply that does not parse (after one re-ask), an action the desktop
   cannot complete — is recorded and scored as the agent's failure. The adapters turn any reply into
   actions or an invalid step, so a model cannot raise; an exception escaping an agent's ``start`` or
-  ``act`` is a bug in agent code and an error of kind ``agent-bug``: it must never pass for a measurement.
+  ``act`` is a bug in agent code and an error of kind ``agent-bug``: it must never pass for a measurement;
+- once the agent has acted, whatever goes wrong in observing, in the probes, the suffix or the evaluation
+  comes from the state it left (a screen it keeps changing, a server grab, a process that swallows the
+  suffix's keys), since from s_target itself the suffix never fails (the calibration replays it from the
+  oracle's restored state every time): R_O or R_TC is false, with the reason. Only the harness's own fault,
+  which the environment itself reports (``harness_fault``: its X server dead, the container gone, the guest
+  not answering), is an error there (docs/cases.md, "Who is to blame").
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import numpy as np
 from .actions import Action, ActionError, check_turn
 from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observation, Usage
 from .cases import RecoveryCase, load_png
-from .envs import ActionFailed, EnvError, Environment
+from .envs import ActionFailed, EnvError, Environment, harness_fault
 from .evaluators import LATE_WRITES, Evaluation, evaluate
 from .probes import poll
+from .settle import Settled
 from .similarity import ScreenDiff, differing_pixels, screen_diff, ssim
 from .strategies import Contextualizer, build_context
 
@@ -123,6 +130,7 @@ class RecoveryResult:
     context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls
     steps: list[StepLog] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    unobserved: str | None = None  # why the recovered screen could not be read (the agent's doing: R_O false)
     recovered_screenshot: np.ndarray | None = field(default=None, repr=False)
     target_screenshot: np.ndarray | None = field(default=None, repr=False)
     error: InfraError | None = None
@@ -323,41 +331,80 @@ def _run(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions
     with _stage(result, opts, "recover", f"recovery: {agent.name}, budget {opts.budget}") as stage:
         _recover(env, agent, context, opts, result)
         stage.title += f" ({result.actions_used} used)"
+    _score(env, case, target, opts, result)
+
+
+def _score(env: Environment, case: RecoveryCase, target: np.ndarray, opts: ReplayOptions,
+           result: RecoveryResult) -> None:
+    """R_O, the probes, the suffix and R_TC, from the state the agent left. A failure of any of them is the
+    agent's (its reason recorded) unless the environment reports a fault of its own (``_blame``)."""
     with _stage(result, opts, "observe", "R_O: SSIM(recovered, target)") as stage:
         try:
             settled = env.settle()
         except EnvError as exc:
-            raise InfraError("observe", str(exc)) from exc
-        recovered = settled.frame
-        result.recovered_screenshot = recovered
-        result.ssim = round(ssim(recovered, target, case.masks), 6)
-        # the target was a settled screen: one the agent left changing for the whole cap is not it
-        result.r_o = result.ssim >= opts.ssim_threshold and settled.stable
-        result.diff = screen_diff(recovered, target, case.masks)
-        relation = ">=" if result.ssim >= opts.ssim_threshold else "<"
-        stage.title = f"R_O: SSIM {result.ssim:.4f} {relation} {opts.ssim_threshold}"
-        if not settled.stable:
-            stage.title += f", but the screen never settled ({settled.seconds:.1f} s)"
-        stage.failed = None if result.r_o else f"{stage.title}; {result.diff.describe()}"
+            _blame(env, "observe", exc)
+            result.r_o, result.unobserved = False, f"the screen could not be read: {exc}"
+            stage.title, stage.failed = "R_O: the screen could not be read", result.unobserved
+        else:
+            _similarity(settled, target, case, opts, result, stage)
     if case.probes:
         with _stage(result, opts, "probe", "error-state probes after the recovery") as stage:
             try:
                 result.probes = _probes_restored(env, case)
             except EnvError as exc:
-                raise InfraError("probe", str(exc)) from exc
-            off = [name for name, restored in result.probes.items() if not restored]
-            stage.failed = ("not restored: " + ", ".join(off)) if off else None
-    with _stage(result, opts, "suffix", f"suffix: {_count(case.suffix, 'remaining ground-truth action')}"):
-        _run_actions(env, case.suffix, "suffix", result)
+                _blame(env, "probe", exc)
+                result.probes = {p.describe(): False for p in case.probes}
+                stage.failed = f"the probes could not be read: {exc}"
+            else:
+                off = [name for name, restored in result.probes.items() if not restored]
+                stage.failed = ("not restored: " + ", ".join(off)) if off else None
+    with _stage(result, opts, "suffix", f"suffix: {_count(case.suffix, 'remaining ground-truth action')}") as stage:
+        try:
+            _run_actions(env, case.suffix, "suffix", result)
+        except InfraError as exc:
+            _blame(env, "suffix", exc)
+            # the rest of the task cannot be carried out from the state the agent left: it is not completed
+            result.evaluation = Evaluation(0.0, False, [f"the remaining ground-truth actions could not be "
+                                                        f"replayed from the state the agent left: {exc.message}"])
+            result.r_tc, stage.failed = False, exc.message
+            return
         result.suffix_len = len(case.suffix)
     with _stage(result, opts, "evaluate", "R_TC: the task's evaluator") as stage:
         try:
             result.evaluation = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
-        except (EnvError, OSError) as exc:
+        except EnvError as exc:
+            _blame(env, "evaluate", exc)
+            result.evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent "
+                                                        f"left: {exc}"])
+        except OSError as exc:  # the case's own files (its expected outputs): the harness's
             raise InfraError("evaluate", str(exc)) from exc
         stage.title = f"R_TC: evaluator score {result.evaluation.score:g}"
         stage.failed = None if result.evaluation.passed else "; ".join(result.evaluation.details[:4]) or "failed"
     result.r_tc = result.evaluation.passed
+
+
+def _blame(env: Environment, stage: str, exc: Exception) -> None:
+    """After the agent acted: an InfraError if the environment reports a fault of its own, else nothing (the
+    failure came from the state the agent left, and the caller scores it)."""
+    fault = harness_fault(env)
+    if fault is not None:
+        message = exc.message if isinstance(exc, InfraError) else str(exc)
+        raise InfraError(stage, f"{message}; {fault}", kind=getattr(exc, "kind", "env")) from exc
+
+
+def _similarity(settled: Settled, target: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
+                result: RecoveryResult, stage: Stage) -> None:
+    recovered = settled.frame
+    result.recovered_screenshot = recovered
+    result.ssim = round(ssim(recovered, target, case.masks), 6)
+    # the target was a settled screen: one the agent left changing for the whole cap is not it
+    result.r_o = result.ssim >= opts.ssim_threshold and settled.stable
+    result.diff = screen_diff(recovered, target, case.masks)
+    relation = ">=" if result.ssim >= opts.ssim_threshold else "<"
+    stage.title = f"R_O: SSIM {result.ssim:.4f} {relation} {opts.ssim_threshold}"
+    if not settled.stable:
+        stage.title += f", but the screen never settled ({settled.seconds:.1f} s)"
+    stage.failed = None if result.r_o else f"{stage.title}; {result.diff.describe()}"
 
 
 def _count(actions: list[Action], what: str) -> str:
@@ -422,8 +469,13 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
         cursor = env.cursor_position()
     except EnvError:
         cursor = None  # nice to have for the model, never worth failing a case
-    observation = Observation(env.screenshot(), turn_no, opts.budget - result.actions_used, cursor, executed,
-                              failure)
+    try:
+        screen = env.screenshot()
+    except EnvError as exc:
+        _blame(env, "recover", exc)  # the desktop is fine: the agent's own actions made it unreadable
+        result.steps.append(StepLog("recover", {"action": "observe"}, 0.0, "", f"the screen could not be read: {exc}"))
+        return 0, f"the screen could not be read: {exc}", True
+    observation = Observation(screen, turn_no, opts.budget - result.actions_used, cursor, executed, failure)
     try:
         turn = agent.act(observation)
     except AgentInfraError as exc:
@@ -461,7 +513,11 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
             result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
             return executed, f"{action.describe()} failed: {exc}", False
         except EnvError as exc:
-            raise InfraError("recover", f"{action.describe()}: {exc}") from exc
+            _blame(env, "recover", exc)
+            # the desktop stopped answering because of what the agent did (a grab): nothing more can be done
+            result.failed_actions += 1
+            result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale, str(exc)))
+            return executed, f"{action.describe()} failed: {exc}", True
         executed += 1
         # a screen the agent leaves changing is its own doing: recorded, and R_O waits for a settled screen
         result.steps.append(StepLog("recover", action.to_dict(), round(settled.seconds, 4), turn.rationale,

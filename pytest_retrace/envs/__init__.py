@@ -42,6 +42,12 @@ class ActionFailed(EnvError):
     a ground-truth replay it is a desync, an infrastructure error."""
 
 
+class DisplayBlocked(EnvError):
+    """The X server is alive but answered no request within its deadline: an X client holds a server grab
+    (``XGrabServer``), which only the task's processes can have taken. Every later call into that display fails
+    at once with this error until ``reset`` gives the task a new server: a worker never waits on a grab."""
+
+
 class FileRefused(Exception):
     """A file of the task an evaluator may not read: not a regular file (FIFO, device, socket, directory),
     over the size cap, or reached through a link out of the task's home and /tmp. It exists and the agent
@@ -115,7 +121,22 @@ class Environment(Protocol):
         """A shell command inside the task (as the task's user); a timeout is returncode 124."""
         ...
 
+    def harness_fault(self) -> str | None:
+        """What failed of the harness's own machinery (its X server dead, the container gone, the guest not
+        answering), or None when all of it is alive: then whatever goes wrong after the agent acted comes from
+        the state the agent left, and is the agent's failure (replay.py)."""
+        ...
+
     def close(self) -> None: ...
+
+
+def harness_fault(env: Environment) -> str | None:
+    """``env.harness_fault()``; a provider without the check cannot tell its own faults from the task's, and so
+    every failure is called the harness's (an error, as before the check existed)."""
+    check = getattr(env, "harness_fault", None)
+    if check is None:
+        return f"the {env.name} environment cannot tell its own faults from the task's"
+    return check()
 
 
 # name -> "module:attribute" of a factory; imported lazily.

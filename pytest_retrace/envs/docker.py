@@ -341,6 +341,22 @@ class DockerEnvironment:
     def container_id(self) -> str | None:
         return self._current.id if self._current is not None else None
 
+    def harness_fault(self) -> str | None:
+        """The container gone, its guest not answering, or its X server dead: Xvfb runs as the container's root,
+        which the task's user cannot signal, so only a root Xvfb process counts (a task can name one of its own
+        processes Xvfb, never make it root's)."""
+        if self._current is None:
+            return "no container"
+        if (state := self._state(self._current.id)) != "running":
+            return f"the desktop container is {state}: {self._logs(self._current.id)}"
+        if (fault := self.guest.harness_fault()) is not None:
+            return fault
+        try:
+            found = self.guest.run("pgrep -u 0 -x Xvfb >/dev/null", timeout=10)
+        except EnvError as exc:
+            return f"the guest could not be asked for its X server: {exc}"
+        return None if found.returncode == 0 else "the container's X server is not running"
+
     def execute(self, action: Action) -> Settled:
         """The xvfb provider's xdotool commands (envs/xdotool.py), run in the container through /execute: the
         same events as on the local desktop, without a Python start per action (measured: 0.63 s per action

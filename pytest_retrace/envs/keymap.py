@@ -7,6 +7,9 @@ after the MappingNotify, and by then the binding may already be gone, so the cha
 delay). Here every missing character is bound *before* its key is sent and stays bound for the rest
 of the task, so there is no window in which the app can read a keymap without it. Keys are sent by
 keysym name (``xdotool key U00E9``), which finds the bound keycode and changes no mapping.
+
+The connection lives on a thread of its own (xthread.py): a task holding a server grab makes its calls miss
+their deadline, never hang the worker.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from Xlib import display as xdisplay
 
 from ..actions import untypeable
 from . import EnvError
+from .xthread import XThread
 
 _CONTROL_KEYS = {"\t": "Tab", "\r": "Return"}
 
@@ -40,12 +44,17 @@ class Keymap:
     """Spare keycodes of one X display, each holding up to two bound characters (plain and shifted)."""
 
     def __init__(self, display: str) -> None:
+        self._x = XThread(display)
         try:
-            self._dpy = xdisplay.Display(display)
+            self._dpy = self._x.call(xdisplay.Display, display, what="keymap connection")
+        except EnvError:
+            self._x.close(lambda: None)
+            raise
         except Exception as exc:  # Xlib raises several unrelated types
+            self._x.close(lambda: None)
             raise EnvError(f"cannot connect to {display} for the keymap: {exc}") from exc
         lo, hi = self._dpy.display.info.min_keycode, self._dpy.display.info.max_keycode
-        mapping = self._dpy.get_keyboard_mapping(lo, hi - lo + 1)
+        mapping = self._x.call(self._dpy.get_keyboard_mapping, lo, hi - lo + 1, what="keymap request")
         self._width = len(mapping[0])
         self._present = {sym for syms in mapping for sym in syms if sym}
         self._spare = [lo + i for i, syms in enumerate(mapping) if not any(syms)]
@@ -65,19 +74,25 @@ class Keymap:
     def bind(self, syms: list[int]) -> None:
         if len(syms) > self.free:
             raise EnvError(f"{len(syms)} characters to bind, {self.free} spare slots")
+        codes = []
         for sym in syms:
             code = next(c for c in self._spare if len(self._slots.get(c, [])) < 2)
             self._slots.setdefault(code, []).append(sym)
-            self._write(code, self._slots[code])
-        self._dpy.sync()  # the server has the new mapping before any key that needs it is sent
+            codes.append(code)
+        # synced: the server has the new mapping before any key that needs it is sent
+        self._x.call(self._write_all, {c: list(self._slots[c]) for c in codes}, what="keymap change")
 
     def clear(self) -> None:
         """Unbind everything (only when no app can still be translating a key that used a binding)."""
         if not self._slots:
             return
-        for code in self._slots:
-            self._write(code, [])
+        codes = dict.fromkeys(self._slots, [])
         self._slots.clear()
+        self._x.call(self._write_all, codes, what="keymap change")
+
+    def _write_all(self, rows: dict[int, list[int]]) -> None:
+        for code, syms in rows.items():
+            self._write(code, syms)
         self._dpy.sync()
 
     def _write(self, code: int, syms: list[int]) -> None:
@@ -85,7 +100,7 @@ class Keymap:
         self._dpy.change_keyboard_mapping(code, [tuple(row + [0] * (self._width - len(row)))])
 
     def close(self) -> None:
-        self._dpy.close()
+        self._x.close(self._dpy.close)
 
     def type(self, text: str, send: Callable[[list[str]], None], settle: Callable[[], object]) -> None:
         """Type `text` (no newlines): bind what is missing, then `send` the key names.

@@ -65,7 +65,7 @@ import numpy as np
 from ..actions import Action
 from ..settle import Rect, SettleConfig, Settled, wait_stable
 from ..setup_steps import GUEST_HOME, TaskSetup
-from . import ActionFailed, CommandResult, EnvError, FileRefused, check_on_screen
+from . import ActionFailed, CommandResult, DisplayBlocked, EnvError, FileRefused, check_on_screen
 from .guestfs import MAX_READ
 from .remote_actions import action_program, release_program
 from .setup import apply_setup
@@ -376,6 +376,11 @@ class RemoteEnvironment:
             return False
         return True
 
+    def harness_fault(self) -> str | None:
+        """The guest not answering. What else fails on a VM (its X server, say) the guest cannot tell apart from
+        what the task did there: an OSWorld VM runs the task as the X server's own user."""
+        return None if self._alive() else f"the guest {self.client.url} does not answer"
+
     def _program(self, program: str, what: str, work: float = 0.0, infra: bool = False) -> None:
         """Run a pyautogui program on the guest."""
         self.perform([self.python, "-c", program], what, _BASE_ACTION_TIME + work, infra=infra)
@@ -414,6 +419,8 @@ class RemoteEnvironment:
         from PIL import Image, UnidentifiedImageError
 
         reply = self.client.request("GET", "/screenshot", limit=256 * 1024 * 1024)
+        if reply.status == 409:  # retrace's guest: a grab holds the display (guest/desktop.py)
+            raise DisplayBlocked(f"{self.url}/screenshot: {reply.message()}")
         if reply.status != 200:
             raise EnvError(f"{self.url}/screenshot: HTTP {reply.status}: {reply.message()}")
         try:

@@ -37,13 +37,14 @@ from PIL import Image
 from ..actions import Action
 from ..settle import Rect, SettleConfig, Settled, wait_stable
 from ..setup_steps import TaskSetup
-from . import ActionFailed, CommandResult, EnvError, check_on_screen
+from . import ActionFailed, CommandResult, DisplayBlocked, EnvError, check_on_screen
 from .guestfs import MAX_READ
 from .damage import DamageWatch
 from .desktop import OPENBOX_RC, TEMPLATE, menu_xml, xvfb_argv
 from .keymap import Keymap
 from .xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, type_command, typable
-from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent
+from .xthread import XThread
+from .sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available, die_with_parent, x_server_argv
 from .procfs import cpu_seconds
 from .setup import apply_setup
 
@@ -74,6 +75,7 @@ class XvfbEnvironment:
         self._wm: subprocess.Popen[bytes] | None = None
         self._grabber = None
         self._damage: DamageWatch | None = None  # what settling waits on between grabs (damage.py)
+        self._x: XThread | None = None  # the thread both connections live on, each call with a deadline
         self._keymap: Keymap | None = None  # connected on the first character the keymap lacks
         self._claim: IO[str] | None = None  # the lock on our display number
 
@@ -97,23 +99,34 @@ class XvfbEnvironment:
                                memory=self.memory_limit)
         self._start_wm()
         self._connect()
-        self.sandbox.start(network=self.network == "host")  # an empty task until the first reset
+        self.sandbox.start(network=self.network == "host", ipc_of=self._xvfb_pid())  # empty until the first reset
 
     def _connect(self) -> None:
         import mss
 
         factory = getattr(mss, "MSS", None) or mss.mss
-        self._grabber = factory(display=self.display)
-        self._damage = DamageWatch(self.display)
+        self._x = XThread(self.display)
+
+        def connect() -> None:  # on the X thread, which owns the connections from now on
+            self._grabber = factory(display=self.display)
+            self._damage = DamageWatch(self.display)
+
+        self._x.call(connect, what="connection")
 
     def _disconnect(self) -> None:
-        for conn in (self._grabber, self._damage, self._keymap):
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:  # the display is gone already; nothing left to release
-                    pass
-        self._grabber = self._damage = self._keymap = None
+        def release() -> None:
+            for conn in (self._grabber, self._damage):
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # the display is gone already; nothing left to release
+                        pass
+
+        if self._x is not None:
+            self._x.close(release)
+        if self._keymap is not None:
+            self._keymap.close()
+        self._grabber = self._damage = self._keymap = self._x = None
 
     def _stop_display(self) -> None:
         self._disconnect()
@@ -135,6 +148,9 @@ class XvfbEnvironment:
         self._launch_xvfb(int(self.display.lstrip(":")))
         self._start_wm()
         self._connect()
+
+    def _xvfb_pid(self) -> int | None:
+        return self._xvfb.pid if self._xvfb is not None and self.sandbox is not None and self.sandbox.enabled else None
 
     def _start_wm(self) -> None:
         assert self.root is not None and self.sandbox is not None
@@ -191,7 +207,7 @@ class XvfbEnvironment:
     def _launch_xvfb(self, number: int) -> None:
         read_fd, write_fd = os.pipe()
         self._xvfb = subprocess.Popen(
-            xvfb_argv(number, self.size, write_fd),
+            x_server_argv(xvfb_argv(number, self.size, write_fd)),  # its IPC namespace is the task's (sandbox.py)
             pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
             preexec_fn=die_with_parent,
@@ -221,8 +237,11 @@ class XvfbEnvironment:
         # openbox announces itself by setting _NET_SUPPORTING_WM_CHECK on the root window
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._host_env(),
-                                 capture_output=True, text=True)
+            try:
+                res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._host_env(),
+                                     capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                break
             if "window id" in res.stdout:
                 return
             if self._wm is not None and self._wm.poll() is not None:
@@ -236,7 +255,7 @@ class XvfbEnvironment:
         self.kill_session()
         self._restart_display()
         assert self.sandbox is not None
-        self.sandbox.start(network=task.network or self.network == "host")
+        self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid())
         self.masks = masks
         self._settle = self.settle_cfg.at_least(task.settle_quiet)
         # the pointer outlives apps: park it so hover effects never depend on the previous case
@@ -279,6 +298,21 @@ class XvfbEnvironment:
         # Only the X server: the window manager is an X client a task can kill, and reset restarts it.
         if self._xvfb is None or self._xvfb.poll() is not None:
             raise EnvError("the X server is not running")
+        if self._x is not None and self._x.blocked is not None:
+            raise DisplayBlocked(self._x.blocked)  # at once: a held grab would make every X client wait
+
+    def harness_fault(self) -> str | None:
+        """The X server dead, or the window manager ended by a signal: only the host sends those (the task's
+        processes run as another user in namespaces of their own, and cannot signal either). A window manager
+        that exited by itself lost its X connection, which any X client can cut (XKillClient): the task's doing.
+        A display blocked by a grab is alive: the grab is the task's."""
+        if self._xvfb is None:
+            return "the X server was never started"
+        if (code := self._xvfb.poll()) is not None:
+            return f"the X server exited ({_exit_status(code)}): {self._tail('Xvfb', 300)}"
+        if self._wm is not None and (code := self._wm.poll()) is not None and code < 0:
+            return f"the window manager was ended by the host ({_exit_status(code)}): {self._tail('openbox', 300)}"
+        return None
 
     def session_pids(self) -> list[int]:
         """Every live process of the current task."""
@@ -373,14 +407,22 @@ class XvfbEnvironment:
         """Visible windows whose class or title matches the regex `pattern`."""
         found: list[str] = []
         for field in ("--class", "--name"):
-            res = subprocess.run(["xdotool", "search", "--onlyvisible", field, pattern], env=self._host_env(),
-                                 capture_output=True, text=True)
+            try:
+                res = subprocess.run(["xdotool", "search", "--onlyvisible", field, pattern], env=self._host_env(),
+                                     capture_output=True, text=True, timeout=BASE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._check_alive()
+                raise EnvError(f"xdotool search {field} {pattern!r} did not finish within {BASE_TIMEOUT:g} s") from None
             found += res.stdout.split()
         return sorted(set(found))
 
     # -- input and output --------------------------------------------------------------------------
     def screenshot(self) -> np.ndarray:
         self._check_alive()
+        assert self._x is not None
+        return self._x.call(self._grab, what="screenshot")
+
+    def _grab(self) -> np.ndarray:
         shot = self._grabber.grab(self._grabber.monitors[1])  # type: ignore[union-attr]
         # BGRX -> RGB by Pillow's unpacker: 2.2 ms of CPU where numpy's strided copy took 3.7 (settling grabs
         # every 30 ms, so at -n 16 this conversion was a large share of the machine)
@@ -388,11 +430,16 @@ class XvfbEnvironment:
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
         return wait_stable(self.screenshot, self._settle, self.masks, before,
-                           self._damage if self._settle.signal == "damage" else None)
+                           _Damage(self._x, self._damage) if self._settle.signal == "damage" else None)
 
     def cursor_position(self) -> tuple[int, int]:
-        res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(), capture_output=True,
-                             text=True, timeout=BASE_TIMEOUT)
+        self._check_alive()
+        try:
+            res = subprocess.run(["xdotool", "getmouselocation", "--shell"], env=self._host_env(),
+                                 capture_output=True, text=True, timeout=BASE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._check_alive()
+            raise EnvError(f"xdotool getmouselocation did not finish within {BASE_TIMEOUT:g} s") from None
         values = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
         try:
             return int(values["X"]), int(values["Y"])
@@ -424,6 +471,7 @@ class XvfbEnvironment:
         return self.settle(before)
 
     def _xdotool(self, args: list[str], timeout: float = BASE_TIMEOUT) -> None:
+        self._check_alive()
         try:
             res = subprocess.run(["xdotool", *args], env=self._host_env(), capture_output=True, text=True,
                                  timeout=timeout)
@@ -433,3 +481,21 @@ class XvfbEnvironment:
         if res.returncode != 0:
             self._check_alive()
             raise ActionFailed(f"xdotool {' '.join(args)[:200]} failed: {res.stderr.strip()[:300]}")
+
+
+class _Damage:
+    """The DAMAGE watch's calls on the X thread, with its deadlines (settle.Changes)."""
+
+    def __init__(self, x: XThread | None, watch: DamageWatch | None) -> None:
+        assert x is not None and watch is not None
+        self._x, self._watch = x, watch
+
+    def clear(self) -> None:
+        self._x.call(self._watch.clear, what="DAMAGE request")
+
+    def wait(self, timeout: float) -> bool:
+        return self._x.call(self._watch.wait, timeout, what="DAMAGE wait", extra=max(0.0, timeout))
+
+
+def _exit_status(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"

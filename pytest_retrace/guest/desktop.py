@@ -24,11 +24,20 @@ class DesktopError(RuntimeError):
     """The display cannot be reached (no DISPLAY, X server gone): the server answers 503."""
 
 
+class DisplayBlocked(DesktopError):
+    """The X server runs but answered no grab within GRAB_DEADLINE: an X client holds a server grab (the
+    task's doing, envs/xthread.py). The server answers 409, and at once while that grab's thread is stuck."""
+
+
+GRAB_DEADLINE = 10.0  # as envs/xthread.py's DEADLINE
+
+
 class Desktop:
     def __init__(self, display: str | None = None) -> None:
         self._display_name = display
         self._lock = threading.Lock()
         self._xlib: Any = None
+        self._stuck: threading.Thread | None = None  # a grab past its deadline, still waiting on the server
 
     @property
     def display(self) -> str:
@@ -37,18 +46,39 @@ class Desktop:
             raise DesktopError("no X display: start the guest with DISPLAY set")
         return name
 
-    def screenshot_png(self) -> bytes:
+    def _grab(self) -> Any:
+        """One grab on a thread of its own, waited for GRAB_DEADLINE s: a blocking C call cannot be interrupted,
+        and a thread stuck on a grab the task holds must not take the server's other requests with it."""
         import mss
+
+        if self._stuck is not None and self._stuck.is_alive():
+            raise DisplayBlocked(f"the X server {self.display} is held by a server grab (a screenshot has waited "
+                                 f"on it for over {GRAB_DEADLINE:g} s)")
+        factory = getattr(mss, "MSS", None) or mss.mss
+        out: dict[str, Any] = {}
+
+        def grab() -> None:
+            try:
+                with factory(display=self.display) as grabber:
+                    out["shot"] = grabber.grab(grabber.monitors[1])
+            except Exception as exc:  # noqa: BLE001 - mss raises its own ScreenShotError, and Xlib-level errors
+                out["error"] = exc
+
+        thread = threading.Thread(target=grab, name="guest-grab", daemon=True)
+        thread.start()
+        thread.join(GRAB_DEADLINE)
+        if thread.is_alive():
+            self._stuck = thread
+            raise DisplayBlocked(f"the X server {self.display} answered no screenshot within {GRAB_DEADLINE:g} s "
+                                 f"while running: an X client holds a server grab")
+        if "error" in out:
+            raise DesktopError(f"cannot grab {self.display}: {out['error']}")
+        return out["shot"]
+
+    def screenshot_png(self) -> bytes:
         from PIL import Image
 
-        factory = getattr(mss, "MSS", None) or mss.mss
-        try:
-            with factory(display=self.display) as grabber:
-                shot = grabber.grab(grabber.monitors[1])
-        except DesktopError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - mss raises its own ScreenShotError, and Xlib-level errors
-            raise DesktopError(f"cannot grab {self.display}: {exc}") from None
+        shot = self._grab()
         image = Image.frombytes("RGB", shot.size, shot.bgra, "raw", "BGRX")
         out = io.BytesIO()
         image.save(out, format="PNG", compress_level=1)  # fast: settling polls screenshots

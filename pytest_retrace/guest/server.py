@@ -32,7 +32,7 @@ from urllib.parse import quote
 from ..envs import FileRefused
 from ..envs.guestfs import MAX_READ, GuestFS
 from ..envs.procfs import cpu_seconds
-from .desktop import Desktop, DesktopError
+from .desktop import Desktop, DesktopError, DisplayBlocked
 
 MAX_JSON = 1024 * 1024  # the body of any request but an upload
 MAX_UPLOAD = 64 * 1024 * 1024  # one uploaded file (as envs/guestfs.py's MAX_READ for reads)
@@ -533,7 +533,8 @@ def create_app(config: GuestConfig) -> Any:
         return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
     async def desktop_error(request: Any, exc: DesktopError) -> Any:
-        return _error(503, str(exc))
+        # 409: the display is there but held by a client's grab, which waiting or retrying does not end
+        return _error(409 if isinstance(exc, DisplayBlocked) else 503, str(exc))
 
     async def internal_error(request: Any, exc: Exception) -> Any:
         return _error(500, f"internal error: {type(exc).__name__}: {str(exc)[:500]}")
