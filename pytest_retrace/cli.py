@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from .envs.config import EnvConfig
@@ -287,10 +287,26 @@ def _cmd_guest(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
 
 
+_PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR, without importing pytest for every command
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with the exit status of a usage error settable per (sub)command."""
+
+    usage_status = 2  # argparse's own
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_status, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="retrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="retrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the recovery suite (extra arguments go to pytest)")
+    # `retrace run` is pytest underneath and a usage error pytest catches exits 4 (pytest.ExitCode.USAGE_ERROR):
+    # one it catches itself (a misspelt --model) must not exit 2 (README: Exit status)
+    run.usage_status = _PYTEST_USAGE_ERROR
     run.add_argument("--model", required=True, help="model config name(s), comma-separated")
     run.add_argument("-n", "--workers", help="pytest-xdist workers")
     run.set_defaults(func=_cmd_run)

@@ -319,10 +319,13 @@ def _check_rootdir(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's: a dry run must not start workers
 def pytest_configure(config: pytest.Config) -> None:
+    if _list(config, "model"):
+        # before the settings: a moved rootdir also moves the default agents/ and envs/, and the model lookup
+        # would then blame the model for what the option's spelling did
+        _check_rootdir(config)
     settings = _settings(config)
     if settings is None:
         return
-    _check_rootdir(config)
     config.stash[settings_key] = settings
     if not config.known_args_namespace.file_or_dir:
         # No paths on the command line: the suite is the case directories, wherever they are (pytest's own
@@ -604,6 +607,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    """pytest-xdist reports a test whose worker died (kill -9, out of memory) as failed at stage "???", and pytest
+    would count it among the failed recoveries; it is an infrastructure error (the record's `crash`), so pytest's
+    summary counts it as an error, like every other infrastructure error."""
+    if (report.when == "???" and report.failed and "::test_recovery[" in report.nodeid
+            and settings_key in config.stash):
+        return "error", "E", "ERROR"
+    return None
+
+
 class _Controller:
     """Registered on the controller (or the only process) of a retrace run: collects every record,
     writes results.jsonl as tests finish, and the summary at the end."""
@@ -713,12 +727,14 @@ class _DryRun:
         self.lines: list[str] = []
         self.total = 0
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # session.items: what is left once every plugin's pytest_collection_modifyitems (-k, -m, --deselect,
+        # --lf, --retrace-resume) has deselected its share; counting in that hook saw the whole suite
         from .agents import agent_factory
         from .replay import ReplayOptions
 
         per_turn: dict[str, int] = {}
-        for item in items:
+        for item in session.items:
             run = getattr(item, "callspec", None) and item.callspec.params.get("retrace_run")
             if not isinstance(run, CaseRun):
                 continue

@@ -245,6 +245,78 @@ def test_case_and_agent_directories_outside_the_project_work(pytester: pytest.Py
     assert "test_recovery[good-noop-implicit-r10]" in run.stdout and "test_own" not in run.stdout
 
 
+def test_space_form_path_options_say_the_rootdir_moved_before_any_model_lookup(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The moved rootdir moves the default agents/ too: the model lookup used to fail first and blame the
+    model ("no noop.yaml in DIR/agents"), hiding the real cause."""
+    from .test_cases import VALID, write_case
+
+    (pytester.path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    (pytester.path / "agents").mkdir()
+    (pytester.path / "agents" / "noop.yaml").write_text("provider: noop\n")
+    outside = tmp_path_factory.mktemp("elsewhere")
+    write_case(outside / "cases", "good", VALID)
+    (outside / "reports").mkdir()
+    for option, value in [("--retrace-cases", outside / "cases"), ("--retrace-report-dir", outside / "reports")]:
+        res = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--retrace-model=noop",
+                                            option, str(value))
+        assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + res.stderr.str()
+        errors = [line for line in res.stderr.lines if line.startswith("ERROR")]
+        assert errors and errors[0].startswith(f"ERROR: {option} {value}: pytest took {value} for a test path"), errors
+        assert "noop.yaml" not in res.stderr.str()
+
+
+def test_retrace_run_exits_4_on_a_usage_error_its_own_parser_or_pytest_finds(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """README (Exit status): `retrace run` exits 4 on a usage error, pytest's USAGE_ERROR, whichever parser sees
+    it: a misspelt --model (retrace's, argparse's 2 before) and a misspelt pytest option (pytest's)."""
+    from pytest_retrace import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--modle", "noop"])
+    assert exited.value.code == pytest.ExitCode.USAGE_ERROR
+    assert "retrace run: error: the following arguments are required: --model" in capsys.readouterr().err
+    retrace = Path(sys.executable).with_name("retrace")
+    run = subprocess.run([str(retrace), "run", "--model", "noop", "--colect-only", "-p", "no:cacheprovider"],
+                         cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    assert "unrecognized arguments: --colect-only" in run.stderr
+    # the other commands keep argparse's 2 for a bad option (their own errors exit 2 as well)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["validate", "--bogus"])
+    assert exited.value.code == 2
+
+
+def test_dry_run_counts_only_the_selected_tests(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-k, --deselect and --lf deselect after the suite is collected: the dry run lists and counts what is left
+    (it once listed all 502 built-in tests and their calls with 2 selected). Collection only: no desktop."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    # claude at r=1: 2 calls per turn x (2r + 2) turns = 8 calls per test
+    base = ("--retrace-model=claude", "--retrace-strategy=implicit", "--retrace-budget=1", "--retrace-dry-run")
+    typo = "cases/mousepad/typo-short.yaml::test_recovery[typo-short-claude-sonnet-4.6-implicit-r1]"
+    wrong = "cases/gnumeric/wrong-cell-short.yaml::test_recovery[wrong-cell-short-claude-sonnet-4.6-implicit-r1]"
+
+    def dry_run(*args: str) -> str:
+        res = project.runpytest_subprocess(*base, *args)
+        assert res.ret == pytest.ExitCode.OK, res.stdout.str() + res.stderr.str()
+        return res.stdout.str()
+
+    out = dry_run("-p", "no:cacheprovider")
+    assert "6 test(s); at most 48 model calls in all" in out and typo in out
+    out = dry_run("-p", "no:cacheprovider", "-k", "typo-short")
+    assert f"{typo}  (at most 8 model calls)" in out and "1 test(s); at most 8 model calls in all" in out
+    assert "wrong-cell-short" not in out.split("retrace dry run")[1]
+    out = dry_run("-p", "no:cacheprovider", "--deselect", typo)
+    assert "5 test(s); at most 40 model calls in all" in out and typo not in out.split("retrace dry run")[1]
+    # --lf reads pytest's cache of the last failures (the file pytest's cacheprovider writes after a run)
+    lastfailed = project.path / ".pytest_cache" / "v" / "cache" / "lastfailed"
+    lastfailed.parent.mkdir(parents=True)
+    lastfailed.write_text(json.dumps({typo: True, wrong: True}))
+    out = dry_run("--lf")
+    listed = out.split("retrace dry run")[1]
+    assert typo in listed and wrong in listed and "2 test(s); at most 16 model calls in all" in listed, out
+
+
 def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-runs=2", "-k", "typo-short",
                                        "--retrace-run=k2", "-p", "no:cacheprovider")
@@ -255,6 +327,7 @@ def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pyt
     res.stdout.fnmatch_lines(["*runs: mean ± sd*", "*100.0 ± 0.0 (2)*@1 100.0% @2 100.0%*"])
 
 
+@pytest.mark.desktop
 def test_a_worker_killed_mid_case_is_an_error_of_that_test_not_a_lost_one(project: pytest.Pytester) -> None:
     from .test_scoring import PROBE
 
@@ -270,6 +343,10 @@ register_agent("suicidal", Suicidal)
     (project.path / "agents" / "suicidal.yaml").write_text("provider: suicidal\n")
     res = project.runpytest_subprocess("--retrace-model=noop,suicidal", "-k", "typo-short or select-all", "-n", "2",
                                        "--retrace-run=crash", "-p", "no:cacheprovider")
+    # pytest's own count agrees with the records: the killed tests are errors, not failed recoveries
+    res.assert_outcomes(failed=2, errors=2)
+    res.stdout.fnmatch_lines(["*= ERRORS =*", "*ERROR at [?][?][?] of cases/mousepad/*",
+                              "*worker 'gw?' crashed while running '*-suicidal-implicit-r10]'"])
     by_model: dict[str, list[dict]] = {}
     for r in records(project, "crash"):
         by_model.setdefault(r["model"], []).append(r)
