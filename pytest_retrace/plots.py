@@ -1,8 +1,12 @@
-"""Figures of recovery rates (PNG) for a run's summary.md and for ``retrace report --out``.
+"""Figures of recovery rates for a run's summary.md and for ``retrace report --out``, each as PNG (linked
+from the markdown), PDF and SVG (vector, for a paper):
 
-- ``rates.png``: the rate of each model × strategy (× budget) with its error bar;
-- ``budget.png``: rate against the recovery budget r, one line per model × strategy;
-- ``kinds.png``, ``horizons.png``: the rate per kind of mistake / per horizon, grouped bars per series.
+- ``rates``: the rate of each model × strategy (× budget) with its error bar;
+- ``budget``: rate against the recovery budget r, one line per model × strategy (only when r varies: with
+  a single r it would be one point per line);
+- ``domains``, ``kinds``, ``horizons``: the rate per domain / kind of mistake / horizon, grouped bars;
+- ``criteria``: what each model × strategy (× budget) scored on the two criteria, stacked: recovered
+  (R_O ∧ R_TC), R_O only (the screen is back, the task state is not), R_TC only, neither.
 
 Error bars are the 95 % Wilson interval of a single run, and the sample sd of the per-run rates around their
 mean where a group spans several runs (``--retrace-runs K`` or merged run directories) — the interval of
@@ -11,8 +15,8 @@ pooled repeats of the same cases would claim a precision the runs do not have. E
 matplotlib is imported only when a figure is drawn, and never through pyplot: a ``Figure`` rendered by Agg
 needs no display and does not switch the backend of a process that imported this module (a notebook, a
 pytest session with plots of its own). The figures are deterministic for the same data and matplotlib
-version: matplotlib's default style rather than the user's matplotlibrc, fixed sizes and dpi, and no
-"Software" PNG chunk carrying the version.
+version: matplotlib's default style rather than the user's matplotlibrc, fixed sizes and dpi, no
+"Software" / "Creator" / date metadata, and a fixed salt for the SVG's element ids.
 """
 
 from __future__ import annotations
@@ -31,7 +35,12 @@ if TYPE_CHECKING:
 
     from .records import Record
 
-PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "kinds.png", "horizons.png")
+PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png")
+FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")  # every figure in each; PLOTS names the PNG
+_METADATA: dict[str, dict[str, Any]] = {  # what would make two drawings of the same data differ
+    ".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    ".svg": {"Creator": None, "Date": None},
+}
 DPI = 120
 _HEIGHT = 4.8  # inches; widths grow with the number of bars, within bounds
 
@@ -45,27 +54,35 @@ Point = tuple[float, float, float]  # value, error below, error above (percent)
 
 def write_plots(data: dict[str, Any] | Iterable[Record], out_dir: Path, *,
                 errors: list[str] | None = None) -> list[Path]:
-    """Write :data:`PLOTS` into ``out_dir`` from a ``summarize()`` result or from records (summarised here);
-    returns the files written. A figure that fails raises :class:`PlotError` naming its file — or, when
-    ``errors`` is given, is recorded there and the other figures are still written. A failed figure's file
-    from an earlier call is removed, so that nothing links a stale picture."""
+    """Write the figures of :data:`PLOTS` into ``out_dir``, each in every one of :data:`FORMATS`, from a
+    ``summarize()`` result or from records (summarised here); returns the PNG of each figure written (its PDF
+    and SVG lie beside it). ``budget.png`` is drawn only when the summary has more than one budget. A figure
+    that fails raises :class:`PlotError` naming its file — or, when ``errors`` is given, is recorded there and
+    the other figures are still written. A figure not drawn this time has its files from an earlier call
+    removed, so that nothing links a stale picture."""
     summary = data if isinstance(data, dict) else summarize(list(data))
     out_dir.mkdir(parents=True, exist_ok=True)
     draw: dict[str, Callable[[dict[str, Any]], Figure]] = {
-        "rates.png": _rates, "budget.png": _budget,
+        "rates.png": _rates, "budget.png": _budget, "criteria.png": _criteria,
+        "domains.png": lambda s: _breakdown(s, "domains", "domain", (), "Recovery rate by domain"),
         "kinds.png": lambda s: _breakdown(s, "kinds", "kind", KIND_ORDER, "Recovery rate by kind of mistake"),
         "horizons.png": lambda s: _breakdown(s, "horizons", "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
     }
+    skip = set() if len(_budgets(summary)) > 1 else {"budget.png"}
     written = []
     for name in PLOTS:
         path = out_dir / name
+        files = [path.with_suffix(suffix) for suffix in FORMATS]
+        if name in skip:
+            _remove(files)
+            continue
         try:
             with _style():
                 fig = draw[name](summary)
-                fig.savefig(path, dpi=DPI, metadata={"Software": None}, facecolor="white")
+                for file in files:
+                    fig.savefig(file, dpi=DPI, metadata=_METADATA[file.suffix], facecolor="white")
         except Exception as exc:  # any failure of one figure is reported with its file
-            if path.is_file():
-                path.unlink()
+            _remove(files)
             message = f"{path}: {type(exc).__name__}: {exc}"
             if errors is None:
                 raise PlotError(message) from exc
@@ -75,11 +92,18 @@ def write_plots(data: dict[str, Any] | Iterable[Record], out_dir: Path, *,
     return written
 
 
+def _remove(files: list[Path]) -> None:
+    for file in files:
+        if file.is_file():
+            file.unlink()
+
+
 @contextlib.contextmanager
 def _style() -> Iterator[None]:
     import matplotlib.style
 
-    with matplotlib.style.context("default"):  # not the user's matplotlibrc: the same data, the same PNG
+    # not the user's matplotlibrc: the same data, the same files (the SVG's ids are salted hashes)
+    with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "pytest-retrace"}):
         yield
 
 
@@ -256,4 +280,50 @@ def _breakdown(summary: dict[str, Any], key: str, field: str, order: tuple[str, 
     axes[-1].set_xlim(-0.6, len(categories) - 0.4)
     fig.suptitle(f"{title}\n({_error_bars(rows)})", fontsize=11)
     fig.legend(loc="outside lower center", ncols=min(len(series), 4), fontsize=9, frameon=False)
+    return fig
+
+
+# the stack of the criteria figure, bottom up: its key, legend and colour
+_OUTCOMES: tuple[tuple[str, str, str], ...] = (
+    ("recovered", "recovered (R_O ∧ R_TC)", "#2ca02c"),
+    ("r_o_only", "R_O only (screen back, task state not)", "#1f77b4"),
+    ("r_tc_only", "R_TC only (task state back, screen not)", "#ff7f0e"),
+    ("neither", "neither", "#d3d3d3"),
+)
+
+
+def _outcomes(g: dict[str, Any]) -> dict[str, float]:
+    n = g["n"]
+    counts = {"recovered": g["recovered"], "r_o_only": g.get("r_o_only", 0), "r_tc_only": g.get("r_tc_only", 0)}
+    counts["neither"] = n - sum(counts.values())
+    return {k: 100 * v / n for k, v in counts.items()}
+
+
+def _criteria(summary: dict[str, Any]) -> Figure:
+    """R_O against R_TC: the share of finished tests in each of the four outcomes, per group (pooled over
+    runs: a share of trials, no interval)."""
+    groups = [g for g in summary["groups"] if g["n"]]
+    fig, [ax] = _figure(1.3 * len(groups) + 2)
+    title = "R_O vs R_TC per model × strategy"
+    if not groups:
+        return _empty(fig, ax, title)
+    several = len(_budgets(summary)) > 1
+    bottoms = [0.0] * len(groups)
+    for key, label, face in _OUTCOMES:
+        values = [_outcomes(g)[key] for g in groups]
+        ax.bar(range(len(groups)), values, bottom=bottoms, width=0.6, color=face, edgecolor="black",
+               linewidth=0.6, label=label)
+        for i, (value, bottom) in enumerate(zip(values, bottoms)):
+            if value >= 6:  # a label fits
+                ax.text(i, bottom + value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=8)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    for i, g in enumerate(groups):
+        ax.text(i, 101.5, f"n={g['n']}", ha="center", va="bottom", fontsize=8)
+    labels = [f"{g['model']}\n{g['strategy']}" + (f"\nr={g.get('budget')}" if several else "") for g in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=9)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    _percent_axis(ax, 110.0)
+    ax.set_ylabel("share of finished tests (%)")
+    ax.set_title(f"{title}\n(recovered = both criteria; the others fail one or both)", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     return fig

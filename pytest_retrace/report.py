@@ -15,14 +15,22 @@ given ("run order"). The rate difference is over the matched trials. Significanc
 c the reverse, ties are dropped. With one run that is exactly McNemar's test on the discordant pairs; with
 several runs it is the sign test on per-case differences, because the runs of one case are not independent
 (a deterministic agent repeats itself) and counting each as a pair would overstate the evidence.
+
+The same model × strategy × budget in two run directories is a before / after comparison (a changed prompt,
+a new model version under the same config): the runs are paired the same way, on the cases and run indices
+both finished, with the same per-case McNemar test. The report warns when runs cover different case sets,
+and when a case's files changed between runs (the digests in their summary.json differ): rates across such
+runs measure different things.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from dataclasses import field as _field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +42,8 @@ from .stats import BREAKDOWNS, _dedupe, pad_table, summarize, table_rows
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
 _TEXT_COLUMNS = {"model", "strategy", "domain", "kind", "horizon", "A", "B", "pairing", "success@k", "per run",
-                 "runs: mean ± sd", "95% CI", "shared (n)"}
+                 "runs: mean ± sd", "95% CI", "shared (n)", "before", "after", "test", "verdict", "artifacts",
+                 "what", ""}
 
 
 class ReportError(ValueError):
@@ -58,8 +67,10 @@ def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = 
     if summary.get("n_ignored_reruns"):
         out += [(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict were ignored: a "
                  f"finished verdict is final within a run."), ""]
+    out += _md_provenance(meta)
     out += ["## Recovery rate per model × strategy × budget", "", _md_table(table_rows(summary)), "",
-            "rate = R_O ∧ R_TC on the finished tests; 95% CI: Wilson score interval; R_O, R_TC: each criterion "
+            "rate = R_O ∧ R_TC on the finished tests; 95% CI: Wilson score interval, clustered by case where a "
+            "case ran more than once (stats.cluster_wilson_interval); R_O, R_TC: each criterion "
             "alone" + ("; runs: mean ± sample sd of the per-run rates, success@k: at least one of k runs "
                        "recovers" if any(g.get("runs") for g in summary["groups"]) else "")
             + ("; shared: the rate on the cases no compared model errored on"
@@ -70,6 +81,7 @@ def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = 
     if summary.get("error_kinds"):
         out += ["## Infrastructure errors", "", *(f"- {kind}: {n}" for kind, n in summary["error_kinds"].items()),
                 ""]
+    out += _md_failed(summary.get("failed") or [])
     gate = summary.get("gate")
     if gate:
         out += ["## Gate", "", "passed" if gate.get("passed") else "**FAILED**", "",
@@ -78,10 +90,54 @@ def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = 
     return "\n".join(out).rstrip() + "\n"
 
 
+def _md_provenance(meta: dict[str, Any]) -> list[str]:
+    """The run's provenance (provenance.run_metadata) as a list; nothing for a summary without it."""
+    if not meta.get("started_at"):
+        return []
+    git = meta.get("git")
+    commit = "not a git checkout" if not git else git["commit"] + (" (with uncommitted changes)" if git.get("dirty")
+                                                                   else "")
+    versions = meta.get("versions") or {}
+    models = [f"{m['name']} ({m['provider']}" + (f", model {m['model']}" if m.get("model") else "")
+              + (f", config {m['config_digest'][:19]}" if m.get("config_digest") else "") + ")"
+              for m in meta.get("model_configs") or []]
+    cases = meta.get("cases") or {}
+    out = ["## Run", "",
+           f"- date: {meta['started_at']} to {meta.get('finished_at', '-')} (UTC)",
+           f"- commit: {commit}",
+           f"- command: `{' '.join(meta.get('command') or [])}`",
+           f"- exit status: {meta.get('exitstatus', '-')}",
+           "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+           f"- models: {'; '.join(models) or '-'}",
+           f"- cases: {len(cases)}, their digests in summary.json's `run.cases`", ""]
+    return out
+
+
+def _md_failed(failed: list[dict[str, Any]]) -> list[str]:
+    """The tests that did not recover or broke, with links to their artifacts (relative to the run directory,
+    where summary.md lies)."""
+    if not failed:
+        return []
+    rows = [["test", "verdict", "what", "artifacts"]]
+    for f in failed:
+        if f.get("error"):
+            what = f"infrastructure error at {f['error']['stage']} ({f['error']['kind']})"
+        else:
+            ssim = "" if f.get("ssim") is None else f" (SSIM {f['ssim']:.4f})"
+            what = f"R_O {_check(f.get('r_o'))}{ssim}, R_TC {_check(f.get('r_tc'))}"
+        links = " · ".join(f"[{name}]({path})" for name, path in sorted((f.get("artifacts") or {}).items()))
+        rows.append([f"`{f['nodeid'].split('::')[-1]}`", f["verdict"].replace("_", " "), what, links or "-"])
+    return [f"## Failed tests ({len(failed)})", "", _md_table(rows), ""]
+
+
+def _check(value: bool | None) -> str:
+    return "not run" if value is None else "ok" if value else "failed"
+
+
 def _md_plots(plots: Sequence[str]) -> list[str]:
     if not plots:
         return []
-    out = ["## Plots", ""]
+    out = ["## Plots", "", "Each figure also as PDF and SVG beside its PNG.", ""]
     for path in plots:
         out += [f"![{Path(path).stem}]({path})", ""]
     return out
@@ -101,6 +157,7 @@ class RunInfo:
     label: str
     path: Path  # its results.jsonl
     summary: dict[str, Any]  # summarize() of this run alone
+    digests: dict[str, str | None]  # case id -> digest of its files, from the run's summary.json (if any)
 
 
 @dataclass(frozen=True)
@@ -133,17 +190,49 @@ class PairedDiff:
 
 
 @dataclass(frozen=True)
+class RunDiff:
+    """One model × strategy × budget in two runs, before (the run given first) and after, on their matched
+    finished trials (same case, same run index)."""
+
+    model: str
+    strategy: str
+    budget: int
+    before: str  # run labels
+    after: str
+    pairs: int
+    cases: int
+    rate_before: float | None
+    rate_after: float | None
+    worse: int  # cases the before run recovered more often
+    better: int  # cases the after run recovered more often
+    p_value: float  # McNemar's exact test on worse and better
+
+    @property
+    def change_points(self) -> float | None:
+        if self.rate_before is None or self.rate_after is None:
+            return None
+        return 100 * (self.rate_after - self.rate_before)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["change_points"] = self.change_points
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
+
+
+@dataclass(frozen=True)
 class MergedReport:
     runs: list[RunInfo]
     units: list[str]  # the runs averaged over: a results.jsonl, or a run index of one (label:runK)
     summary: dict[str, Any]  # summarize() of all runs' records kept apart; each row adds "per_run" rates
     comparisons: list[PairedDiff]
     warnings: list[str]
+    run_comparisons: list[RunDiff] = _field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": [{"label": r.label, "path": str(r.path), "summary": r.summary} for r in self.runs],
                 "units": self.units, "merged": self.summary,
-                "comparisons": [c.to_dict() for c in self.comparisons], "warnings": self.warnings}
+                "comparisons": [c.to_dict() for c in self.comparisons],
+                "run_comparisons": [c.to_dict() for c in self.run_comparisons], "warnings": self.warnings}
 
 
 def results_path(run: Path) -> Path:
@@ -151,15 +240,37 @@ def results_path(run: Path) -> Path:
     return run / "results.jsonl" if run.is_dir() else run
 
 
-def merge_runs(run_dirs: Sequence[Path]) -> MergedReport:
-    """Read each run's results.jsonl, summarise each alone and all together (module docstring). Raises
-    :class:`ReportError` naming the file for a missing or unreadable results.jsonl."""
+def find_run(run: str | Path, report_dir: Path | None = None) -> Path:
+    """RUN as given (a run directory or a results.jsonl), else the run of that name under ``report_dir``.
+    Raises :class:`ReportError` saying every place it looked, and which runs ``report_dir`` holds."""
+    given = Path(run)
+    tried = [given]
+    if report_dir is not None and not given.is_absolute():
+        tried.append(report_dir / given)
+    for path in tried:
+        if path.exists():
+            return path
+    looked = " and ".join(str(p) for p in tried)
+    hint = ""
+    if report_dir is not None:
+        runs = sorted((d for d in report_dir.glob("*/results.jsonl")), key=lambda f: f.stat().st_mtime,
+                      reverse=True) if report_dir.is_dir() else []
+        names = [f.parent.name for f in runs[:8]]
+        hint = (f"; {report_dir} holds no run" if not runs else
+                f"; runs in {report_dir}: {', '.join(names)}{', ...' if len(runs) > 8 else ''}")
+        if not report_dir.is_dir():
+            hint = f"; {report_dir} does not exist (--report-dir)"
+    raise ReportError(f"{run}: no such run: looked for {looked}{hint}")
+
+
+def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -> MergedReport:
+    """Read each run's results.jsonl, summarise each alone and all together (module docstring). A RUN that is
+    not a path is looked up under ``report_dir``. Raises :class:`ReportError` naming the file for a missing or
+    unreadable results.jsonl, and the places it looked for a run it did not find."""
     paths: list[Path] = []
     warnings: list[str] = []
-    for run in map(Path, run_dirs):
-        if not run.exists():
-            raise ReportError(f"{run}: no such run directory or results file")
-        path = results_path(run)
+    for run in run_dirs:
+        path = results_path(find_run(run, report_dir))
         if any(path.resolve() == p.resolve() for p in paths):
             warnings.append(f"{path} was given twice; it is counted once")
             continue
@@ -173,8 +284,9 @@ def merge_runs(run_dirs: Sequence[Path]) -> MergedReport:
         if not records:
             warnings.append(f"{label}: {path} holds no records")
         warnings += _collisions(label, records)
-        runs.append(RunInfo(label, path, summarize(records)))
+        runs.append(RunInfo(label, path, summarize(records), _digests(path)))
         per_run.append(records)
+    warnings += _case_sets(runs, per_run) + _changed_cases(runs)
     units: list[str] = []
     pooled: list[Record] = []
     for i, (label, records) in enumerate(zip(labels, per_run)):
@@ -188,7 +300,64 @@ def merge_runs(run_dirs: Sequence[Path]) -> MergedReport:
                    for r in records]
     summary = summarize(pooled)
     _add_per_run(summary, pooled, len(units))
-    return MergedReport(runs, units, summary, _comparisons(per_run), warnings)
+    return MergedReport(runs, units, summary, _comparisons(per_run), warnings,
+                        _run_comparisons(per_run, [r.label for r in runs]))
+
+
+def _digests(results: Path) -> dict[str, str | None]:
+    """Case digests from the summary.json beside a results.jsonl (provenance.case_digests); none for a run
+    without one, or from a version that did not record them."""
+    try:
+        summary = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))
+        cases = summary["run"]["cases"]
+        return {case: entry.get("digest") for case, entry in cases.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _examples(cases: set[str], limit: int = 5) -> str:
+    names = sorted(cases)
+    return ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def _case_sets(runs: list[RunInfo], per_run: list[list[Record]]) -> list[str]:
+    """A warning for every run that lacks some of the cases the runs cover together: their rates are over
+    different cases, and the mean across runs mixes them."""
+    sets = [{r.case for r in records if r.case is not None} for records in per_run]
+    if len(sets) < 2 or all(s == sets[0] for s in sets):
+        return []
+    union = set().union(*sets)
+    return [f"runs cover different case sets: {run.label} lacks {len(union - cases)} of the {len(union)} cases "
+            f"the runs cover ({_examples(union - cases)}); rates across these runs are over different cases"
+            for run, cases in zip(runs, sets) if union - cases]
+
+
+def _changed_cases(runs: list[RunInfo]) -> list[str]:
+    """A warning per pair of runs whose shared case ids have different file digests."""
+    out = []
+    for a, b in itertools.combinations(runs, 2):
+        changed = {c for c, d in a.digests.items() if d and b.digests.get(c) and b.digests[c] != d}
+        if changed:
+            out.append(f"{len(changed)} case(s) changed between runs {a.label} and {b.label} (their files' "
+                       f"digests differ: {_examples(changed)}): the same case id is not the same case")
+    return out
+
+
+def _run_comparisons(per_run: list[list[Record]], labels: list[str]) -> list[RunDiff]:
+    """Before / after: every model × strategy × budget that two runs both hold, paired on (run index, case)."""
+    cells: dict[tuple[str, str, int], dict[int, Trials]] = {}
+    for run, records in enumerate(per_run):
+        for r in _dedupe(records)[0]:
+            if not r.is_error:
+                trials = cells.setdefault((r.model, r.strategy, r.budget), {}).setdefault(run, {})
+                trials.setdefault((0, r.run_index, r.case), r.verdict == "recovered")
+    out = []
+    for (model, strategy, budget), by_run in sorted(cells.items()):
+        for i, j in itertools.combinations(sorted(by_run), 2):
+            pairs, cases, before, after, worse, better, p = _matched(by_run[i], by_run[j])
+            out.append(RunDiff(model, strategy, budget, labels[i], labels[j], pairs, cases, before, after, worse,
+                               better, p))
+    return out
 
 
 def _read(path: Path) -> list[Record]:
@@ -283,6 +452,12 @@ def _paired(strategy: str, budget: int, model_a: str, a: Trials, model_b: str, b
     same = bool({k[0] for k in a} & {k[0] for k in b})
     if not same:
         a, b = _by_order(a), _by_order(b)
+    return PairedDiff(strategy, budget, model_a, model_b, "same run" if same else "run order", *_matched(a, b))
+
+
+def _matched(a: Trials, b: Trials) -> tuple[int, int, float | None, float | None, int, int, float]:
+    """On the trials both finished: (pairs, cases, rate of a, rate of b, cases a recovered more often, cases b
+    recovered more often, McNemar's exact p on those two counts)."""
     keys = sorted(set(a) & set(b), key=lambda k: (k[0], k[1], str(k[2])))
     wins: dict[str | None, list[int]] = {}
     for key in keys:
@@ -291,10 +466,8 @@ def _paired(strategy: str, budget: int, model_a: str, a: Trials, model_b: str, b
         w[1] += b[key]
     better_a = sum(x > y for x, y in wins.values())
     better_b = sum(y > x for x, y in wins.values())
-    return PairedDiff(strategy, budget, model_a, model_b, "same run" if same else "run order", len(keys), len(wins),
-                      sum(a[k] for k in keys) / len(keys) if keys else None,
-                      sum(b[k] for k in keys) / len(keys) if keys else None,
-                      better_a, better_b, mcnemar_p(better_a, better_b))
+    return (len(keys), len(wins), sum(a[k] for k in keys) / len(keys) if keys else None,
+            sum(b[k] for k in keys) / len(keys) if keys else None, better_a, better_b, mcnemar_p(better_a, better_b))
 
 
 # -- rendering the merged report ---------------------------------------------------------------------
@@ -333,6 +506,17 @@ def merged_rows(merged: MergedReport, by: str | None = None) -> list[list[str]]:
     return rows
 
 
+def run_comparison_rows(merged: MergedReport) -> list[list[str]]:
+    rows = [["model", "strategy", "r", "before", "after", "pairs", "cases", "before %", "after %",
+             "after − before (points)", "worse", "better", "p"]]
+    for c in merged.run_comparisons:
+        change = c.change_points
+        rows.append([c.model, c.strategy, str(c.budget), c.before, c.after, str(c.pairs), str(c.cases),
+                     _pct(c.rate_before), _pct(c.rate_after), "-" if change is None else f"{change:+.1f}",
+                     str(c.worse), str(c.better), f"{c.p_value:.4f}"])
+    return rows
+
+
 def comparison_rows(merged: MergedReport) -> list[list[str]]:
     rows = [["strategy", "r", "A", "B", "pairs", "cases", "A %", "B %", "A − B (points)", "b", "c", "p", "pairing"]]
     for c in merged.comparisons:
@@ -347,6 +531,11 @@ _ACROSS = ("mean ± sample sd (n - 1) of the per-run rates, infrastructure error
            "results.jsonl, or a run index of one")
 _PAIRED = ("matched finished trials of two models under the same strategy and budget; b (c): cases A (B) "
            "recovered more often; p: McNemar's exact test on b and c")
+
+
+_BEFORE_AFTER = ("the same model, strategy and budget in two runs (before: the run given first), on the trials "
+                 "both finished (same case and run index); worse (better): cases the after run recovered less "
+                 "(more) often; p: McNemar's exact test on worse and better")
 
 
 def _run_lines(merged: MergedReport) -> list[str]:
@@ -369,6 +558,8 @@ def _sections(merged: MergedReport) -> list[tuple[str, list[list[str]] | None, s
             out.append((_TITLES[by], merged_rows(merged, by), ""))
     out.append(("Model comparison (paired)", comparison_rows(merged) if merged.comparisons else None,
                 _PAIRED if merged.comparisons else "no two models share a strategy and budget: nothing to pair"))
+    if merged.run_comparisons:
+        out.append(("Run comparison (before / after, paired)", run_comparison_rows(merged), _BEFORE_AFTER))
     return out
 
 

@@ -5,14 +5,20 @@ the writers (writers.py), which implement the plugin's own hooks like any third 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import provenance
 from .records import Record, RecordError
 from .replay import RecoveryResult
-from .stats import summarize
+from .stats import _dedupe, summarize
+
+if TYPE_CHECKING:
+    from .agents import ModelConfig
 
 
 def new_run_name(models: list[str]) -> str:
@@ -50,6 +56,7 @@ class RetraceSession:
     run_dir: Path
     records: list[Record] = field(default_factory=list)
     summary: dict[str, Any] | None = None
+    started_at: str = field(default_factory=provenance.now)
 
     @property
     def results_path(self) -> Path:
@@ -67,9 +74,53 @@ class RetraceSession:
         """Tests of this run that have a verdict (not an infrastructure error): a resumed run skips them."""
         return frozenset(r.nodeid for r in self.records if not r.is_error)
 
-    def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
-        self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta}
+    def finish(self, meta: dict[str, Any], *, root: Path | None = None,
+               models: Sequence[ModelConfig] = ()) -> dict[str, Any]:
+        """The summary of the run's records, with ``meta`` and — given the checkout ``root`` the test ids are
+        relative to — the run's provenance (provenance.run_metadata) in ``run``, and the tests that failed."""
+        if root is not None:
+            meta = {**meta, **provenance.run_metadata(root=root, models=models, records=self.records,
+                                                      started_at=self.started_at)}
+        self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta,
+                        "failed": failed_tests(self.records)}
         return self.summary
+
+    def set_exitstatus(self, status: int) -> None:
+        """The process's final exit status into summary.json (see :func:`write_exitstatus`)."""
+        if self.summary is not None:
+            self.summary["run"]["exitstatus"] = int(status)
+        write_exitstatus(self.run_dir, status)
+
+
+def failed_tests(records: list[Record]) -> list[dict[str, Any]]:
+    """Every counted test that did not recover or broke, in the order they finished: what failed (R_O, R_TC,
+    the error's stage and kind) and its artifacts (paths relative to the run directory)."""
+    out = []
+    for r in _dedupe(records)[0]:
+        if r.verdict == "recovered":
+            continue
+        row: dict[str, Any] = {"nodeid": r.nodeid, "case": r.case, "model": r.model, "strategy": r.strategy,
+                               "budget": r.budget, "run_index": r.run_index, "verdict": r.verdict,
+                               "r_o": r.r_o, "r_tc": r.r_tc, "ssim": r.ssim, "artifacts": dict(r.artifacts)}
+        if r.error is not None:
+            row["error"] = {"stage": r.error.stage, "kind": r.error.kind}
+        out.append(row)
+    return out
+
+
+def write_exitstatus(run_dir: Path, status: int) -> None:
+    """Set ``run.exitstatus`` of the run's summary.json to the status the process exits with. The summary is
+    written when the session finishes, but the status is decided after that (pytest's own plugins, and
+    ``retrace run``, which has its own exit codes), so whoever decides last writes it here."""
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no summary was written (collect-only, a broken writer): nothing to correct
+    if summary.get("run", {}).get("exitstatus") == int(status):
+        return
+    summary.setdefault("run", {})["exitstatus"] = int(status)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def read_records(path: Path) -> list[Record]:

@@ -21,6 +21,13 @@ good or bad agents sit near 0% or 100%. There the usual normal approximation
 and elsewhere it can leave [0, 1]. The Wilson interval stays inside [0, 1], is never
 degenerate, and keeps close to nominal coverage for small n, at no extra cost
 (closed form, stdlib only).
+
+Repeated runs (``--retrace-runs K``, or runs merged by ``retrace report``) put K trials of each case in a
+group. Those are not K·n independent trials: a case an agent recovers once it tends to recover again (a
+deterministic baseline always does). So the interval is clustered by case (:func:`cluster_wilson_interval`):
+the Wilson interval at the *effective* sample size n_eff = p(1 - p) / V, where V is the cluster-robust
+(sandwich, CR0) variance of the pooled rate over cases. A case recovered in all K runs then weighs as one
+case, not as K trials; with one trial per case it is exactly the Wilson interval above.
 """
 
 from __future__ import annotations
@@ -56,6 +63,45 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     return low, high
 
 
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson score bounds of a share ``p`` at a (possibly fractional, effective) sample size ``n`` > 0."""
+    z2 = z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z / denom * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cluster_wilson_interval(clusters: Iterable[tuple[int, int]], z: float = Z_95) -> tuple[float, float, float]:
+    """The 95 % interval of a pooled rate whose trials come in clusters (a case's K runs), and its effective
+    sample size: ``(low, high, n_eff)`` from ``(successes, trials)`` per cluster.
+
+    p = Σy / Σn over clusters; V = Σ (y_i - p·n_i)² / (Σn)² is the cluster-robust (CR0) variance of p, which
+    makes no assumption about how a case's runs depend on each other; n_eff = p(1 - p) / V (Kish's effective
+    sample size, N over the design effect), capped at N, the count of trials, since clustering cannot add
+    information. When every trial agrees (p = 0 or 1) V is 0 and says nothing: n_eff is then the count of
+    clusters, the conservative reading (each case one trial). So 4 of 10 cases recovered in all 3 runs and 6
+    in none give exactly ``wilson_interval(4, 10)``, and one trial per cluster gives ``wilson_interval`` itself.
+    """
+    cells = [(y, n) for y, n in clusters if n > 0]
+    for y, n in cells:
+        if not 0 <= y <= n:
+            raise ValueError(f"need 0 <= successes <= trials in a cluster, got {y}/{n}")
+    total = sum(n for _, n in cells)
+    if total == 0:
+        return 0.0, 1.0, 0.0
+    successes = sum(y for y, _ in cells)
+    p = successes / total
+    variance = math.fsum((y - p * n) ** 2 for y, n in cells) / total**2
+    if successes in (0, total):
+        n_eff = float(len(cells))
+    else:
+        n_eff = total if variance == 0 else min(float(total), p * (1 - p) / variance)
+    low, high = _wilson(p, n_eff, z)
+    # exactly 0 at no success and 1 at all successes, as wilson_interval
+    return (0.0 if successes == 0 else low), (1.0 if successes == total else high), n_eff
+
+
 @dataclass(frozen=True)
 class GroupStats:
     """Recovery statistics of one (model, strategy, budget[, domain | kind | horizon]) cell."""
@@ -86,9 +132,14 @@ class GroupStats:
     rate_mean: float | None = None
     rate_sd: float | None = None
     success_at: dict[str, float] | None = None  # "k" -> success@k
+    clusters: int | None = None  # cases behind ci_low / ci_high when some case ran more than once
+    effective_n: float | None = None  # the interval's effective sample size then (cluster_wilson_interval)
     # the "kinds" / "horizons" breakdowns only ("" = the case does not say); see to_dict
     kind: str | None = None
     horizon: str | None = None
+    # the four outcomes of a finished test: recovered is R_O ∧ R_TC; these are one criterion without the other
+    r_o_only: int = 0
+    r_tc_only: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict with floats rounded to 6 decimals. ``kind`` and ``horizon`` appear only in the rows of
@@ -152,7 +203,9 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
     ok = [r for r in records if not r.is_error]
     n = len(ok)
     recovered = sum(r.verdict == "recovered" for r in ok)
-    low, high = wilson_interval(recovered, n)
+    by_case = _by_case(ok)
+    low, high, n_eff = cluster_wilson_interval(by_case.values())
+    repeated = len(by_case) < n  # some case has several trials: the interval is clustered by case
     ssims = [r.ssim for r in ok if r.ssim is not None]
     shared = [r for r in ok if common is not None and r.case in common]
     shared_recovered = sum(r.verdict == "recovered" for r in shared)
@@ -179,8 +232,23 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
         common_recovered=None if common is None else shared_recovered,
         common_rate=None if common is None else _share(shared_recovered, len(shared)),
         **_repeated(records),
+        clusters=len(by_case) if repeated else None,
+        effective_n=n_eff if repeated else None,
         **by,
+        r_o_only=sum(r.r_o is True and r.r_tc is not True for r in ok),
+        r_tc_only=sum(r.r_tc is True and r.r_o is not True for r in ok),
     )
+
+
+def _by_case(ok: list[Record]) -> dict[str, tuple[int, int]]:
+    """(recovered, finished) per case: the clusters of the interval. A record without a case (a crashed
+    worker's) is its own cluster."""
+    cells: dict[str, list[int]] = {}
+    for r in ok:
+        cell = cells.setdefault(r.case if r.case is not None else f"nodeid:{r.nodeid}", [0, 0])
+        cell[0] += r.verdict == "recovered"
+        cell[1] += 1
+    return {case: (y, n) for case, (y, n) in cells.items()}
 
 
 def _dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:

@@ -11,7 +11,6 @@ change to a case fails CI until the suite is calibrated again, the way a snapsho
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pytest_retrace import provenance
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_DIR = REPO / "cases"
@@ -32,13 +33,9 @@ def case_files() -> list[Path]:
 
 
 def case_digest(path: Path) -> str:
-    """The case file and everything in its own directory (screenshots, setup files), by relative path."""
-    h = hashlib.sha256()
-    own = path.with_suffix("")
-    for f in [path, *sorted(p for p in own.rglob("*") if p.is_file())] if own.is_dir() else [path]:
-        h.update(str(f.relative_to(CASES_DIR)).encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
-    return "sha256:" + h.hexdigest()
+    """The case file and everything in its own directory, by path relative to cases/: the package's one case
+    digest, which every run's summary.json records too."""
+    return provenance.case_digest(path, CASES_DIR)
 
 
 def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env: str = "xvfb",

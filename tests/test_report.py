@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from pytest_retrace import cli
-from pytest_retrace.plots import PLOTS, PlotError, write_plots
+from pytest_retrace.plots import FORMATS, PLOTS, PlotError, write_plots
 from pytest_retrace.records import Failure, Record
 from pytest_retrace.report import format_report, merge_runs, render_markdown, render_report
 from pytest_retrace.stats import format_table, summarize
@@ -249,22 +249,52 @@ def varied_records() -> list[Record]:
     return out
 
 
-def test_plots_are_valid_non_blank_deterministic_pngs(tmp_path: Path) -> None:
+def figure_files(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_plots_are_valid_non_blank_deterministic_pngs_pdfs_and_svgs(tmp_path: Path) -> None:
     written = write_plots(varied_records(), tmp_path / "a")
-    assert [p.name for p in written] == list(PLOTS) == ["rates.png", "budget.png", "kinds.png", "horizons.png"]
+    assert [p.name for p in written] == list(PLOTS) == ["rates.png", "budget.png", "domains.png", "kinds.png",
+                                                         "horizons.png", "criteria.png"]
+    assert figure_files(tmp_path / "a") == sorted(p.with_suffix(f).name for p in written for f in FORMATS)
     for path in written:
         with Image.open(path) as im:
             assert im.format == "PNG" and im.width >= 600 and im.height >= 400
             colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
         assert colours is not None and len(colours) > 10  # bars, text and axes, not a blank canvas
         assert b"matplotlib" not in path.read_bytes()  # no Software chunk with the version
+        pdf, svg = path.with_suffix(".pdf").read_bytes(), path.with_suffix(".svg").read_text()
+        assert pdf.startswith(b"%PDF-") and b"matplotlib" not in pdf and len(pdf) > 5000
+        assert "<svg" in svg and "<dc:date>" not in svg and svg.count("<path") > 10
     again = write_plots(summarize(varied_records()), tmp_path / "b")  # from the summary: the same pictures
     assert [p.read_bytes() for p in written] == [p.read_bytes() for p in again]
+    for suffix in (".pdf", ".svg"):
+        assert [p.with_suffix(suffix).read_bytes() for p in written] == \
+            [p.with_suffix(suffix).read_bytes() for p in again]
 
 
-def test_plots_of_a_single_budget_and_of_nothing_are_still_written(tmp_path: Path) -> None:
-    written = write_plots([rec("a", "R"), rec("b", "F")], tmp_path / "one")
-    assert len(written) == 4
+def test_the_criteria_plot_stacks_r_o_against_r_tc_from_the_counts() -> None:
+    records = [rec("a", "R"), rec("b", "F"), rec("c", "F"),
+               rec("d", "F").model_copy(update={"r_o": False, "r_tc": True}),
+               rec("e", "F").model_copy(update={"r_o": False, "r_tc": False})]
+    [g] = summarize(records)["groups"]
+    assert (g["n"], g["recovered"], g["r_o_only"], g["r_tc_only"]) == (5, 1, 2, 1)
+    from pytest_retrace.plots import _criteria, _style
+
+    with _style():
+        fig = _criteria(summarize(records))
+    heights = [round(bar.get_height()) for bar in fig.axes[0].patches]  # bottom up: both, R_O, R_TC, neither
+    assert heights == [20, 40, 20, 20]
+
+
+def test_a_single_budget_has_no_budget_plot_and_nothing_still_gets_figures(tmp_path: Path) -> None:
+    out = tmp_path / "one"
+    write_plots(varied_records(), out)
+    assert (out / "budget.svg").is_file()
+    written = write_plots([rec("a", "R"), rec("b", "F")], out)  # one r: a rate against r would be one point
+    assert [p.name for p in written] == [p for p in PLOTS if p != "budget.png"]
+    assert not any(p.startswith("budget.") for p in figure_files(out))  # the earlier run's are gone too
     empty = write_plots(summarize([]), tmp_path / "none")
     with Image.open(empty[0]) as im:
         assert len(im.convert("RGB").getcolors(maxcolors=1 << 20) or []) > 1  # says "no finished tests"
@@ -277,7 +307,7 @@ def test_a_failed_plot_is_named_and_the_others_still_written(tmp_path: Path) -> 
         write_plots([rec("a", "R")], out)
     errors: list[str] = []
     written = write_plots([rec("a", "R")], out, errors=errors)
-    assert [p.name for p in written] == ["rates.png", "budget.png", "horizons.png"]
+    assert [p.name for p in written] == ["rates.png", "domains.png", "horizons.png", "criteria.png"]
     assert len(errors) == 1 and errors[0].startswith(f"{out / 'kinds.png'}: ")
 
 
@@ -291,7 +321,7 @@ def test_writers_write_summary_json_md_and_plots(tmp_path: Path) -> None:
     for writer in (SummaryJson(), Plots(), SummaryMarkdown()):  # the markdown writer runs last (trylast)
         writer.pytest_retrace_summary(summary=summary, run_dir=str(run_dir), config=config)
     assert json.loads((run_dir / "summary.json").read_text())["n_records"] == len(varied_records())
-    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == sorted(PLOTS)
+    assert figure_files(run_dir / "plots") == sorted(Path(p).with_suffix(f).name for p in PLOTS for f in FORMATS)
     text = (run_dir / "summary.md").read_text()
     assert text.startswith("# pytest-retrace run run7\n") and "![budget](plots/budget.png)" in text
     assert SummaryMarkdown.pytest_retrace_summary.pytest_impl["trylast"] is True  # type: ignore[attr-defined]
@@ -332,7 +362,8 @@ def test_retrace_report_merges_two_runs_by_name_and_path(tmp_path: Path, capsys:
     assert pair.split()[:12] == ["implicit", "10", "A", "B", "3", "2", "66.7", "33.3", "+33.3", "1", "0", "1.0000"]
     report = (out / "report.md").read_text()
     assert report.startswith("# pytest-retrace report\n") and "![rates](plots/rates.png)" in report
-    assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(PLOTS)
+    assert figure_files(out / "plots") == sorted(Path(p).with_suffix(f).name for p in PLOTS for f in FORMATS
+                                                 if p != "budget.png")  # a single r
     assert cli.main(["report", "one", "--report-dir", str(reports), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["units"] == ["one"] and data["comparisons"][0]["b"] == 1 and data["merged"]["n_records"] == 4
@@ -352,4 +383,8 @@ def test_retrace_report_names_a_bad_or_missing_results_file(tmp_path: Path,
     assert capsys.readouterr().err == f"retrace report: {tmp_path / 'empty' / 'results.jsonl'}: no such file " \
                                       f"(not a run directory?)\n"
     assert cli.main(["report", "no-such-run", "--report-dir", str(tmp_path)]) == 2
-    assert "no-such-run: no such run directory or results file" in capsys.readouterr().err
+    # where it looked, and which runs there are (newest first)
+    assert capsys.readouterr().err == (f"retrace report: no-such-run: no such run: looked for no-such-run and "
+                                       f"{tmp_path / 'no-such-run'}; runs in {tmp_path}: bad, good\n")
+    assert cli.main(["report", "x", "--report-dir", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.endswith(f"{tmp_path / 'nowhere'} does not exist (--report-dir)\n")

@@ -275,6 +275,10 @@ def test_group_stats_to_dict() -> None:
         "rate_mean",
         "rate_sd",
         "success_at",
+        "clusters",
+        "effective_n",
+        "r_o_only",
+        "r_tc_only",
     ]
     with pytest.raises(AttributeError):
         gs.n = 4  # type: ignore[misc]
