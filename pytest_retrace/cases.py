@@ -326,6 +326,8 @@ def _field_of(loc: tuple[Any, ...]) -> str:
             out += f"[{part}]"
         elif i >= 2 and loc[i - 2] == "setup" and isinstance(loc[i - 1], int):
             continue  # pydantic's discriminator tag (launch, file, command) after a step's index is noise
+        elif i >= 3 and loc[i - 1] == "get" and loc[i - 3] == "probes":
+            continue  # and so is a probe getter's (file, command, process)
         else:
             out += ("." if out else "") + str(part)
     return out

@@ -75,7 +75,7 @@ ProcessName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._+-]{1,15}$")]
 
 def _unique(fields: list[str]) -> list[str]:
     if len(set(fields)) != len(fields):
-        raise ValueError(f"read: each field at most once, got {fields}")
+        raise ValueError(f"each field at most once, got {fields}")
     return fields
 
 

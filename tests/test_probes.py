@@ -101,3 +101,39 @@ def test_an_error_state_the_probe_does_not_confirm_is_an_infrastructure_error(en
     result = run_case(env, case, NoopAgent(), ReplayOptions(budget=1, attempts=2))
     assert result.error is not None and result.error.kind == "desync"
     assert "probe file ~/flag still has its target value" in result.error.message
+
+
+def test_a_process_probe_sees_a_background_job_but_not_an_alias(env: XvfbEnvironment, tmp_path: Path) -> None:
+    """The process probe reads what /proc shows of the task's shell, from inside its sandbox: a background job
+    is a child process, but an alias lives only in the shell's memory (hence `verified_by: determinism`)."""
+    from pytest_retrace.cases import Task
+    from pytest_retrace.probes import ProcessGetter, probe_value
+
+    task = Task.model_validate(TASK)
+    shell = ProcessGetter(type="process", name="bash", read=["cwd", "fds", "children", "cmdline"])
+    env.reset(task, tmp_path)
+    fresh = env.run(shell.command).stdout
+    # one line: the xterm's bash, its home, its terminal; no pid and no harness path (fds outside the home)
+    assert fresh.count("\n") == 1 and "cwd /home/user\t" in fresh and "fd 0 /dev/pts/" in fresh, fresh
+    assert "retrace" not in fresh and "child" not in fresh
+    env.execute(parse_action("pyautogui.write('alias echo=false; clear\\n')")[0])
+    assert env.run(shell.command).stdout == fresh  # the alias changed nothing the probe can read
+    env.execute(parse_action("pyautogui.write('sleep 600 & clear\\n')")[0])
+    job = env.run(shell.command).stdout
+    assert "child sleep 600 \t" in job and job.replace("child sleep 600 \t", "") == fresh
+    env.reset(task, tmp_path)  # a new sandbox, new pids: the same value
+    assert probe_value(env, shell) == digest(b"0\n" + fresh.encode())
+
+
+def test_a_case_verified_by_determinism_only_is_recovered_by_the_oracle_not_by_noop(env: XvfbEnvironment) -> None:
+    """The alias case (tests/data/alias-case): its error state is vouched for by its recording only, so replay
+    checks pixels and no probe, and R_TC alone tells the oracle's restore (a fresh shell) from doing nothing."""
+    case = load_case(Path(__file__).parent / "data" / "alias-case" / "alias-echo.yaml")
+    assert case.error_state_verified_by == "determinism"
+    opts = ReplayOptions(budget=2, strategy="explicit-none")
+    oracle = run_case(env, case, OracleAgent(), opts)
+    noop = run_case(env, case, NoopAgent(), opts)
+    assert oracle.error is None and noop.error is None, (oracle.error, noop.error)
+    assert (oracle.r_o, oracle.r_tc, oracle.recovered) == (True, True, True)
+    assert (noop.r_o, noop.r_tc, noop.recovered) == (True, False, False)
+    assert oracle.probes == {} and noop.probes == {}

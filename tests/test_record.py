@@ -18,16 +18,21 @@ from pytest_retrace.envs.xvfb import XvfbEnvironment
 from .test_build import GOOD, TASK
 
 
+ALIAS = Path(__file__).parent / "data" / "alias-case" / "alias-echo.yaml"
+
+
 def write_case(root: Path, name: str, perturbation: list[str], task: dict[str, Any] = TASK,
-               **metadata: str) -> Path:
+               verified_by: str | None = None, **metadata: str) -> Path:
     path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "task": task, "trajectory": GOOD, "t_seed": 1, "perturbation": perturbation, "d": 1,
-        "screenshots": {"target": f"{name}/target.png", "error": f"{name}/error.png"}, "metadata": metadata,
-    }, sort_keys=False))
+    doc = {"task": task, "trajectory": GOOD, "t_seed": 1, "perturbation": perturbation, "d": 1,
+           "screenshots": {"target": f"{name}/target.png", "error": f"{name}/error.png"}, "metadata": metadata}
+    if verified_by is not None:
+        doc["verified_by"] = verified_by
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
+@pytest.mark.desktop
 def test_hidden_state_case_is_recorded_with_identical_screens(env: XvfbEnvironment, tmp_path: Path) -> None:
     path = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
     # identical screens: without a probe replay could never tell whether the mistake happened
@@ -45,6 +50,7 @@ def test_hidden_state_case_is_recorded_with_identical_screens(env: XvfbEnvironme
     assert np.array_equal(load_png(case.target_png), load_png(case.error_png))  # nothing on screen shows it
 
 
+@pytest.mark.desktop
 def test_visual_only_case_is_recorded(env: XvfbEnvironment, tmp_path: Path) -> None:
     # harmless to the evaluator but visibly off: a case only R_O can catch (recording used to reject these)
     path = write_case(tmp_path, "output-left", ["pyautogui.write('help | head -40\\n')"])
@@ -54,6 +60,7 @@ def test_visual_only_case_is_recorded(env: XvfbEnvironment, tmp_path: Path) -> N
     assert rec.case.error_png.is_file() and not np.array_equal(rec.target, rec.error)
 
 
+@pytest.mark.desktop
 def test_harmless_invisible_mistake_is_refused_and_nothing_written(env: XvfbEnvironment, tmp_path: Path) -> None:
     # the pointer is not drawn (Xvfb -nocursor) and moving it changes nothing: not a mistake at all
     path = write_case(tmp_path, "moved", ["pyautogui.moveTo(300, 300)"])
@@ -62,12 +69,14 @@ def test_harmless_invisible_mistake_is_refused_and_nothing_written(env: XvfbEnvi
     assert not (tmp_path / "moved").exists()
 
 
+@pytest.mark.desktop
 def test_harmless_mistake_meant_as_visible_is_refused(env: XvfbEnvironment, tmp_path: Path) -> None:
     path = write_case(tmp_path, "meant-visible", ["pyautogui.write('help | head -40\\n')"], kind="visible")
     with pytest.raises(RecordError, match=r"not an error: .*intended visible"):
         record_case(path, env, replays=2)
 
 
+@pytest.mark.desktop
 def test_cli_records_the_good_case_and_names_the_broken_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = write_case(tmp_path, "output-left", ["pyautogui.write('help | head -40\\n')"])
     never = write_case(tmp_path, "never", ["pyautogui.write('zz')"], task={**TASK, "id": "never",
@@ -118,3 +127,37 @@ def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, ca
     assert cli.main(["record", str(first), str(second)]) == 1
     out = capsys.readouterr().out
     assert f"FAILED {first}: unexpected KeyError: 'a bug'" in out and f"recorded {second} (visible)" in out
+
+
+@pytest.mark.desktop
+def test_an_alias_nothing_can_observe_is_recorded_only_when_declared(env: XvfbEnvironment, tmp_path: Path) -> None:
+    """Issue 21 (15): `alias echo=false; clear` leaves the screen, the files and every process's cwd as they were,
+    and the suffix's echo writes an empty file. Refused as unverifiable, with the way out; accepted when the case
+    declares it is verified by its recorded determinism only, and the recording says so."""
+    doc = yaml.safe_load(ALIAS.read_text())
+    undeclared = tmp_path / "alias-echo.yaml"
+    undeclared.write_text(yaml.safe_dump({k: v for k, v in doc.items() if k != "verified_by"}, sort_keys=False))
+    with pytest.raises(RecordError, match=r"alias-echo\.yaml: unverifiable: the error screen equals the target .*"
+                                          r"declare `verified_by: determinism`"):
+        record_case(undeclared, env, replays=3)
+    assert not (tmp_path / "alias-echo").exists()
+    declared = tmp_path / "declared.yaml"
+    declared.write_text(yaml.safe_dump(doc, sort_keys=False))
+    rec = record_case(declared, env, replays=3)
+    assert rec.kind == "hidden-state" and rec.verified_by == "determinism" and rec.case.probes == []
+    assert ("error state verified by determinism only (declared): no probe tells s_error from s_target, and the "
+            "remaining gt actions failed from it on 3/3 replays") in "\n".join(rec.checks)
+    assert np.array_equal(load_png(rec.case.target_png), load_png(rec.case.error_png))
+
+
+@pytest.mark.desktop
+def test_a_declaration_a_probe_or_the_screen_makes_needless_is_refused(env: XvfbEnvironment, tmp_path: Path) -> None:
+    # `cd /tmp` shows in the shell's working directory: the probe, not the declaration, must verify it
+    cd_away = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], verified_by="determinism")
+    with pytest.raises(RecordError, match=r"cd-away\.yaml: verified_by: command 'for p in /proc.* tells s_error from "
+                                          r"s_target on every one of 2 replays.*drop `verified_by: determinism` and add:"):
+        record_case(cd_away, env, replays=2)
+    typo = write_case(tmp_path, "typo", ["pyautogui.write('zz')"], verified_by="determinism")
+    with pytest.raises(RecordError, match=r"typo\.yaml: verified_by: the error screen differs from the target"):
+        record_case(typo, env, replays=2)
+    assert not (tmp_path / "cd-away").exists() and not (tmp_path / "typo").exists()
