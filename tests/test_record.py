@@ -17,7 +17,6 @@ from pytest_retrace.envs.xvfb import XvfbEnvironment
 
 from .test_build import GOOD, TASK
 
-
 ALIAS = Path(__file__).parent / "data" / "alias-case" / "alias-echo.yaml"
 
 

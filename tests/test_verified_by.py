@@ -41,10 +41,10 @@ def test_without_the_declaration_the_case_says_its_screen_verifies_it(tmp_path: 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"verified_by": "pixels"}, r"alias-echo\.yaml: verified_by: Input should be 'determinism', got 'pixels'"),
     ({"verified_by": True}, r"verified_by: Input should be 'determinism', got True \(bool\)"),
-    ({"probes": [PROBE]}, r"verified_by: 'determinism' declares that nothing can observe the error state, but "
-                          r"the case has 1 probe\(s\)"),
-    ({"metadata": {"kind": "visible"}}, r"verified_by: 'determinism' is for hidden-state cases .* metadata\.kind "
-                                        r"is 'visible'"),
+    ({"probes": [PROBE]}, (r"verified_by: 'determinism' declares that nothing can observe the error state, but "
+                           r"the case has 1 probe\(s\)")),
+    ({"metadata": {"kind": "visible"}}, (r"verified_by: 'determinism' is for hidden-state cases .* metadata\.kind "
+                                         r"is 'visible'")),
 ])
 def test_a_declaration_that_contradicts_the_case_is_refused(tmp_path: Path, changes: dict[str, Any],
                                                             message: str) -> None:
