@@ -882,3 +882,142 @@ def test_a_failing_evaluation_is_repeated_for_the_wait_so_a_late_write_counts(tm
     start = time.monotonic()
     assert not evaluate(spec, env, wait=0.5, interval=0.1).passed  # a failure after the wait is the verdict
     assert time.monotonic() - start >= 0.5
+
+
+# --- a failing evaluation ends once the task is idle and what it read stopped changing --------------------------
+
+class TaskEnv(LocalEnv):
+    """LocalEnv whose task is a set of real host processes: ``task_cpu_seconds`` is their CPU time, read from
+    /proc as the xvfb environment reads its sandbox's."""
+
+    def __init__(self, home: Path, *procs: subprocess.Popen[bytes]) -> None:
+        super().__init__(home)
+        self.procs = procs
+
+    def task_cpu_seconds(self) -> float:
+        from pytest_retrace.envs.procfs import cpu_seconds
+
+        return cpu_seconds(p.pid for p in self.procs if p.poll() is None)
+
+
+_SAVED = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "~/out.txt"},
+          "expected": {"type": "rule", "rules": {"text": "saved"}}}
+
+
+@pytest.fixture
+def task_procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def _python(procs: list[subprocess.Popen[bytes]], code: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    procs.append(proc)
+    return proc
+
+
+def test_a_failure_is_final_once_the_task_is_idle_and_the_file_unchanged(
+        tmp_path: Path, task_procs: list[subprocess.Popen[bytes]]) -> None:
+    """The wrong file of an idle task cannot become right: the verdict comes after one quiet window, not at
+    the cap (which made every failing evaluation cost the whole LATE_WRITES)."""
+    import time
+
+    sleeper = _python(task_procs, "import time; time.sleep(120)")
+    (tmp_path / "out.txt").write_text("wrong")
+    time.sleep(0.5)  # past the interpreter's start-up, which is CPU time of the task
+    start = time.monotonic()
+    result = evaluate(_SAVED, TaskEnv(tmp_path, sleeper), wait=30.0)
+    took = time.monotonic() - start
+    assert not result.passed and took < 20.0  # the cap would be 30 s; one window is 1 s
+    assert result.details[-1] == "final after 2 evaluations: the task idle for 1 s and everything read unchanged"
+
+
+def test_a_busy_task_is_waited_for_while_its_file_has_not_changed_yet(
+        tmp_path: Path, task_procs: list[subprocess.Popen[bytes]]) -> None:
+    """An app exporting (CPU busy) before it writes the file, as LibreOffice's xlsx export under load: the
+    unchanged old file alone must not end the wait."""
+    (tmp_path / "out.txt").write_text("old")
+    exporter = _python(task_procs, f"""
+import time
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    pass
+open({str(tmp_path / 'out.txt')!r}, 'w').write('saved')
+time.sleep(120)
+""")
+    result = evaluate(_SAVED, TaskEnv(tmp_path, exporter), wait=30.0)
+    assert result.passed, result.details
+    assert result.details[-1].startswith("passed on evaluation ")
+
+
+def test_a_file_still_changing_is_waited_for_while_the_task_idles(
+        tmp_path: Path, task_procs: list[subprocess.Popen[bytes]]) -> None:
+    """A writer that uses almost no CPU (it sleeps between writes) but whose file changes between two
+    evaluations: an idle task alone must not end the wait while what the evaluator reads still changes."""
+    (tmp_path / "out.txt").write_text("old")
+    writer = _python(task_procs, f"""
+import time
+for i in range(40):
+    open({str(tmp_path / 'out.txt')!r}, 'w').write(f'part {{i}}')
+    time.sleep(0.1)
+open({str(tmp_path / 'out.txt')!r}, 'w').write('saved')
+time.sleep(120)
+""")
+    result = evaluate(_SAVED, TaskEnv(tmp_path, writer), wait=30.0)
+    assert result.passed, result.details
+
+
+def test_an_env_that_cannot_tell_the_task_cpu_repeats_until_the_cap(tmp_path: Path) -> None:
+    """Without task_cpu_seconds (an OSWorld VM) an idle task cannot be told from a busy one: the whole wait."""
+    import time
+
+    (tmp_path / "out.txt").write_text("wrong")
+    start = time.monotonic()
+    result = evaluate(_SAVED, LocalEnv(tmp_path), wait=2.0, interval=0.2)
+    assert not result.passed and time.monotonic() - start >= 2.0
+    assert result.details[-1].endswith("still failing at the 2 s cap")
+
+
+@pytest.fixture(scope="module")
+def desktop() -> Iterator[Any]:
+    from pytest_retrace.envs.xvfb import XvfbEnvironment
+
+    e = XvfbEnvironment()
+    e.start()
+    yield e
+    e.close()
+
+
+def _mousepad_task(content: str) -> Any:
+    from pytest_retrace.cases import Task
+
+    return Task.model_validate({
+        "id": "t", "instruction": "x", "domain": "test", "evaluator": _SAVED,
+        "setup": [{"type": "file", "path": "~/out.txt", "content": content},
+                  {"type": "launch", "command": ["mousepad", "~/out.txt"], "window": "Mousepad"}]})
+
+
+@pytest.mark.desktop
+def test_on_a_desktop_a_failing_evaluation_ends_once_the_app_idles(desktop: Any) -> None:
+    """mousepad open on the wrong file, doing nothing: the task's sandbox idles, the verdict is final early."""
+    import time
+
+    desktop.reset(_mousepad_task("wrong"), Path("."))
+    start = time.monotonic()
+    result = evaluate(_SAVED, desktop, wait=30.0)
+    assert not result.passed and time.monotonic() - start < 20.0, result.details
+    assert "the task idle" in result.details[-1]
+
+
+@pytest.mark.desktop
+def test_on_a_desktop_a_task_still_working_is_waited_for(desktop: Any) -> None:
+    """A process of the task's sandbox busy for 3 s before it writes the file: the evaluation waits for it."""
+    desktop.reset(_mousepad_task("old"), Path("."))
+    started = desktop.run("(end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do :; done; "
+                          "printf saved > ~/out.txt) >/dev/null 2>&1 &")
+    assert started.returncode == 0, started.stderr
+    result = evaluate(_SAVED, desktop, wait=30.0)
+    assert result.passed, result.details

@@ -13,6 +13,7 @@ Failure policy, because a verdict must mean something:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs import FileRefused
+from ..envs.setup import IDLE_SHARE
 from .base import (
     GETTERS,
     METRICS,
@@ -45,36 +47,77 @@ def validate_evaluator(spec: dict[str, Any], where: str = "evaluator") -> None:
     compile_block(spec, where)
 
 
-# How long a failing evaluation is repeated: an app may write the file an evaluator reads after its screen
+# How long a failing evaluation is repeated at most: an app may write the file an evaluator reads after its screen
 # settled (measured: LibreOffice's xlsx export ran past the settle window at -n 16, with nothing new on screen
 # meanwhile, and the oracle's R_TC read the old file), and a verdict taken before the write measures the app's
 # timing, not the agent's work.
 LATE_WRITES = 5.0
+# A failure is final before LATE_WRITES once the task's processes were idle (IDLE_SHARE of a CPU, as a settle step
+# means it) for this long and everything the evaluator read (files, command output) was the same on both sides of
+# that window: no write is under way then. Waiting the whole cap for that made a failing evaluation cost 5 s.
+EVAL_QUIET = 1.0
 
 
 def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None, *, wait: float = 0.0,
-             interval: float = 0.5) -> Evaluation:
+             interval: float = 0.5, quiet: float = EVAL_QUIET) -> Evaluation:
     """Score ``spec`` against the live environment; ``case_dir`` resolves ``local_file`` getters.
 
-    ``wait``: while the evaluation fails, repeat it every ``interval`` seconds for up to this long (a pass is
-    final; a failure after the wait is the verdict)."""
+    ``wait``: while the evaluation fails, repeat it for up to this long (a pass is final; a failure at the cap is
+    the verdict). A failure is final sooner when the task was idle for ``quiet`` seconds and what the evaluator
+    read did not change across them; an environment that cannot tell the task's CPU time (no
+    ``task_cpu_seconds``, or it returns None) or a getter using more of the env than ``read_file``/``run`` repeats
+    every ``interval`` seconds until the cap."""
     plan = compile_block(spec, "evaluator")  # validate fully before touching the env, and once
-    deadline = time.monotonic() + wait
-    while True:
-        evaluation = _evaluate_once(plan, env, case_dir)
-        if evaluation.passed or time.monotonic() >= deadline:
-            return evaluation
-        time.sleep(interval)
+    start = time.monotonic()
+    deadline = start + wait
+    evaluation, seen = _evaluate_once(plan, env, case_dir)
+    rounds = 1
+    while not evaluation.passed and time.monotonic() < deadline:
+        idle = _quiet_window(env, quiet, interval, deadline)
+        again, read = _evaluate_once(plan, env, case_dir)
+        rounds += 1
+        if again.passed:
+            return _noted(again, f"passed on evaluation {rounds}, {time.monotonic() - start:.1f} s after the first "
+                                 "had failed")
+        final = idle and seen is not None and read == seen
+        evaluation, seen = again, read
+        if final:
+            return _noted(evaluation, f"final after {rounds} evaluations: the task idle for {quiet:g} s and "
+                                      "everything read unchanged")
+    return evaluation if rounds == 1 else _noted(evaluation, f"final after {rounds} evaluations: still failing at "
+                                                             f"the {wait:g} s cap")
 
 
-def _evaluate_once(plan: Group, env: EvalEnv, case_dir: Path | None) -> Evaluation:
+def _quiet_window(env: EvalEnv, quiet: float, interval: float, deadline: float) -> bool:
+    """Sleep one window before the next evaluation; True if the task's processes were idle over a full ``quiet``
+    window, False if they were busy, the cap cut the window short, or the environment cannot tell."""
+    sample = getattr(env, "task_cpu_seconds", None)
+    before = sample() if callable(sample) else None
+    if before is None:
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+        return False
+    began = time.monotonic()
+    window = min(quiet, deadline - began)
+    time.sleep(max(0.0, window))
+    used, elapsed = (sample() or 0.0) - before, time.monotonic() - began
+    return window >= quiet and used <= IDLE_SHARE * elapsed
+
+
+def _noted(evaluation: Evaluation, note: str) -> Evaluation:
+    return Evaluation(evaluation.score, evaluation.passed, [*evaluation.details, note])
+
+
+def _evaluate_once(plan: Group, env: EvalEnv, case_dir: Path | None) -> tuple[Evaluation, tuple[str, ...] | None]:
+    """The evaluation, and a digest of everything it read in order (None when a getter used an env feature
+    beyond read_file/run, whose result this cannot see)."""
     guarded = _GuardedEnv(env)
     details: list[str] = []
     score = _run_group(plan, GetterContext(guarded, case_dir), guarded, details)
     if guarded.refused:
         score = 0.0
         details.append(f"failed: {len(guarded.refused)} file(s) the evaluator refused to read")
-    return Evaluation(score=score, passed=score >= 1.0, details=details)
+    seen = None if guarded.opaque else tuple(guarded.reads)
+    return Evaluation(score=score, passed=score >= 1.0, details=details), seen
 
 
 class _GuardedEnv:
@@ -85,17 +128,27 @@ class _GuardedEnv:
         self._env = env
         self._raised: list[BaseException] = []
         self.refused: list[str] = []  # files the env would not read (FileRefused): they fail the evaluation
+        # what each read returned (a digest, so a repeated evaluation can tell whether anything changed), and
+        # whether a getter reached past read_file/run, where the digest would miss what it saw
+        self.reads: list[str] = []
+        self.opaque = False
 
     def read_file(self, path: str) -> bytes | None:
-        return self._call(self._env.read_file, path)
+        data = self._call(self._env.read_file, path)
+        self.reads.append(f"file {path}: " + ("absent" if data is None else hashlib.sha256(data).hexdigest()))
+        return data
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
-        return self._call(self._env.run, command, timeout=timeout)
+        res = self._call(self._env.run, command, timeout=timeout)
+        output = f"{res.returncode}\0{res.stdout}\0{res.stderr}".encode(errors="replace")
+        self.reads.append(f"run {command}: " + hashlib.sha256(output).hexdigest())
+        return res
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except FileRefused:
+        except FileRefused as exc:
+            self.reads.append(f"refused {args[0] if args else ''}: {exc}")
             raise  # the agent's artefact, not the environment failing
         except Exception as exc:
             self._raised.append(exc)
@@ -113,6 +166,7 @@ class _GuardedEnv:
         return None
 
     def __getattr__(self, name: str) -> Any:  # extra env features plugin getters may use
+        self.opaque = True
         return getattr(self._env, name)
 
 
