@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,13 +24,14 @@ from pytest_retrace.actions import Action
 from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.desktop import DESKTOP_MENU
-from pytest_retrace.envs.sandbox import NPROC_LIMIT, available
+from pytest_retrace.envs.sandbox import NPROC_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.evaluators import evaluate
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")
+pytestmark = [pytest.mark.desktop,
+              pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
 
 def task(*setup: dict, network: bool = False) -> Task:
@@ -293,3 +295,69 @@ def test_a_task_that_exhausts_memory_is_killed_inside_its_own_group() -> None:
     finally:
         e.close()
     assert not any(g.exists() for g in groups)  # the group is removed with the desktop
+
+
+def ipc_keys(listing: str, owner: str) -> set[str]:
+    """The keys of the SysV objects in an ``ipcs`` listing (segments, semaphores, queues) owned by `owner`
+    with mode 666: the ones ``ipcmk -p 0666`` made (the segments apps share with the X server are 600)."""
+    keys = set()
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0].startswith("0x") and fields[2] == owner and fields[3] == "666":
+            keys.add(fields[0])
+    return keys
+
+
+def host_ipcs() -> str:
+    return subprocess.run(["ipcs", "-m", "-s", "-q"], capture_output=True, text=True, check=True).stdout
+
+
+def test_sysv_ipc_a_task_makes_reaches_neither_the_host_nor_the_next_task(env: XvfbEnvironment) -> None:
+    """Shared memory, semaphores and message queues outlive every process: before the task had an IPC
+    namespace, ``ipcmk`` segments stayed on the host after the case and were there in the next one."""
+    env.reset(XTERM, Path("."))
+    made = env.run("ipcmk -M 4096 -p 0666 && ipcmk -S 1 -p 0666 && ipcmk -Q -p 0666")
+    assert made.returncode == 0, made.stderr
+    assert [line.split(":")[0] for line in made.stdout.splitlines()] == [
+        "Shared memory id", "Semaphore id", "Message queue id"]
+    keys = ipc_keys(env.run("ipcs -m -s -q").stdout, "user")
+    assert len(keys) == 3  # the task sees its own three objects
+    assert not ipc_keys(host_ipcs(), str(env.sandbox.uid)), "the task's IPC objects are on the host"
+    assert not keys & {line.split()[0] for line in host_ipcs().splitlines() if line.startswith("0x")}
+    env.reset(XTERM, Path("."))
+    assert ipc_keys(env.run("ipcs -m -s -q").stdout, "user") == set()  # nothing carried over to the next task
+    assert not ipc_keys(host_ipcs(), str(env.sandbox.uid))  # nor left on the host after it
+
+
+def test_a_task_shares_the_ipc_namespace_of_its_x_server_and_has_its_own_uts_and_cgroup(env: XvfbEnvironment) -> None:
+    """GTK apps draw through SysV MIT-SHM segments the X server attaches by id; an id means a segment only in
+    its own IPC namespace, so the task is in the X server's, which is new with every reset's X server."""
+    env.reset(task({"type": "launch", "command": ["mousepad"], "window": "Mousepad"}), Path("."))
+    theirs = dict(line.split(" ", 1) for line in env.run(
+        "for ns in ipc uts cgroup; do echo $ns $(readlink /proc/self/ns/$ns); done").stdout.splitlines())
+    ours = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("ipc", "uts", "cgroup")}
+    assert all(theirs[ns] != ours[ns] for ns in ours), (theirs, ours)
+    assert theirs["ipc"] == os.readlink(f"/proc/{env._xvfb.pid}/ns/ipc")  # type: ignore[union-attr]
+    # the app's segments are attached twice, by the app and by the X server: MIT-SHM works as on any desktop
+    def shared_with_the_x_server() -> bool:
+        rows = [line.split() for line in env.run("ipcs -m").stdout.splitlines() if line.startswith("0x")]
+        return any(row[2] == "user" and row[5] == "2" for row in rows)  # owner, nattch
+
+    assert wait_for(shared_with_the_x_server), env.run("ipcs -m").stdout
+    # the UTS namespace is a copy: the host's name, so a title or prompt that shows it is unchanged
+    assert env.run("hostname").stdout.strip() == socket.gethostname()
+    assert env.run("hostname other 2>/dev/null").returncode != 0  # and the user cannot rename it anyway
+
+
+def test_a_sandbox_refuses_to_join_the_harnesss_own_ipc_namespace(tmp_path: Path) -> None:
+    """An X server started without x_server_argv shares the host's IPC namespace: a task joined to it would
+    see (and make) the host's segments, so start() says so instead."""
+    box = Sandbox(tmp_path, ":99", REPO / "pytest_retrace" / "envs" / "home-template")
+    (tmp_path / "logs").mkdir()
+    try:
+        with pytest.raises(EnvError, match=f"X server \\(pid {os.getpid()}\\) runs in the harness's own IPC"):
+            box.start(network=False, ipc_of=os.getpid())
+        with pytest.raises(EnvError, match="pid 0\\) is gone"):
+            box.start(network=False, ipc_of=0)
+    finally:
+        box.close()

@@ -18,6 +18,11 @@ An agent under test types into a real terminal, so everything a task starts is t
 - **The display** is reached through its one socket, bound into the private ``/tmp/.X11-unix``. The X server
   listens on nothing else (no TCP, no abstract socket), so another worker's display is out of reach even with
   the network on.
+- **SysV IPC** (shared memory, semaphores, message queues; POSIX message queues) lives in an IPC namespace of
+  the X server's, which the task joins: a new one with every X server, so with every reset. Not a namespace of
+  the task's own: GTK apps (cairo) draw through SysV MIT-SHM segments the X server attaches by id, and an id
+  means a segment only in the namespace it was made in. UTS and cgroup namespaces of its own too (the host's
+  hostname, unchanged; its control group as the root of its cgroup tree). docs/sandbox.md has the full list.
 """
 
 from __future__ import annotations
@@ -62,6 +67,12 @@ def available() -> str | None:
     if missing:
         return f"{', '.join(missing)} not found (util-linux and mount)"
     return None
+
+
+def x_server_argv(argv: Sequence[str]) -> list[str]:
+    """The X server's command line, in a new IPC namespace, which the task started on it joins
+    (``Sandbox.start(ipc_of=<its pid>)``). Without the sandbox (no root) the server runs as it is."""
+    return ["unshare", "--ipc", "--", *argv] if available() is None else list(argv)
 
 
 class Sandbox:
@@ -120,8 +131,12 @@ class Sandbox:
         return task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, *, network: bool) -> None:
-        """A fresh task: a home copied from the template, an empty /tmp, and a new set of namespaces."""
+    def start(self, *, network: bool, ipc_of: int | None = None) -> None:
+        """A fresh task: a home copied from the template, an empty /tmp, and a new set of namespaces.
+
+        `ipc_of`: the X server's pid (started with ``x_server_argv``): the task shares its IPC namespace, so
+        MIT-SHM works as on any desktop, and that namespace is as fresh as the server, new at every reset.
+        None: an IPC namespace of the task's own, in which no SysV segment can be shown to the X server."""
         if self._unshare is not None:
             raise EnvError("sandbox: start() while the previous task's namespace is alive; kill() it first")
         for tree in (self.home, self.tmp):
@@ -139,8 +154,10 @@ class Sandbox:
             self._write_accounts()  # once per desktop: the accounts never change
         number = self.display.lstrip(":")
         (self.tmp / ".X11-unix" / f"X{number}").touch()  # the mount point of the display's socket
-        argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-                "--mount-proc", *([] if network else ["--net"]), "--",
+        join_ipc = self._join_ipc(ipc_of)
+        argv = [*join_ipc, "unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
+                "--mount-proc", "--uts", "--cgroup", *([] if join_ipc else ["--ipc"]),
+                *([] if network else ["--net"]), "--",
                 "/bin/sh", "-c", _INIT, "retrace-sandbox", str(self.root), number,
                 "" if network else "isolated", shutil.which("tini") or "", *self.hide]
         with open(self.root / "logs" / "sandbox.log", "ab") as log:
@@ -158,6 +175,22 @@ class Sandbox:
         info = os.stat(f"/proc/{self.init_pid}/ns/pid")
         self._ns = (info.st_dev, info.st_ino)
         (self.root / "task.pid").write_text(f"{self.init_pid}\n")
+
+    @staticmethod
+    def _join_ipc(pid: int | None) -> list[str]:
+        """The nsenter prefix that puts the task's namespaces into the IPC namespace of process `pid`."""
+        if pid is None:
+            return []
+        try:
+            theirs = os.stat(f"/proc/{pid}/ns/ipc")
+        except OSError:
+            raise EnvError(f"sandbox: the X server (pid {pid}) is gone; its IPC namespace cannot be joined") from None
+        ours = os.stat("/proc/self/ns/ipc")
+        if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+            # joining it would hand the task the host's SysV IPC, and every other desktop's
+            raise EnvError(f"sandbox: the X server (pid {pid}) runs in the harness's own IPC namespace; "
+                           f"start it with sandbox.x_server_argv()")
+        return ["nsenter", f"--ipc=/proc/{pid}/ns/ipc", "--"]
 
     def _write_accounts(self) -> None:
         etc = self.root / "etc"
@@ -180,7 +213,7 @@ class Sandbox:
         # the home is entered by env -C, inside the namespace: nsenter's --wd=DIR opens DIR *before* it enters
         # the mount namespace, so it failed where the machine has no /home/user and, where it has one, left
         # the app's working directory on the machine's /home/user instead of the task's home
-        return ["nsenter", "--target", target, "--pid", "--mount", "--net", "--",
+        return ["nsenter", "--target", target, "--pid", "--mount", "--net", "--ipc", "--uts", "--cgroup", "--",
                 "prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--",
                 "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--", env[0], env[1], "-C", GUEST_HOME, *env[2:]]
@@ -317,6 +350,8 @@ mount --rbind "$root/tmp" /tmp
 mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /var/tmp
 mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /dev/shm
 if [ -d /run/lock ]; then mount -t tmpfs -o mode=1777,size=1m,nosuid,nodev retrace-scratch /run/lock; fi
+# a mqueue file system shows the queues of the IPC namespace that mounted it: the task's, not the host's
+if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec retrace-mqueue /dev/mqueue; fi
 for dir in "$@"; do
   if [ -d "$dir" ]; then mount -t tmpfs -o ro,mode=755,size=4k retrace-hidden "$dir"; fi
 done
