@@ -27,9 +27,10 @@ class _Outcome:
     """The run's summary, received through the plugin's own hook like any third-party writer would."""
 
     summary: dict | None = None
+    run_dir: str | None = None
 
     def pytest_retrace_summary(self, summary: dict, run_dir: str, config: object) -> None:
-        self.summary = summary
+        self.summary, self.run_dir = summary, run_dir
 
 
 # pytest's own verbosity and traceback options: given any of them, `retrace run` leaves the output alone
@@ -37,6 +38,16 @@ _OUTPUT_OPTIONS = ("-v", "-q", "--verbose", "--quiet", "--tb", "-r", "-l", "--sh
 
 
 def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    outcome = _Outcome()
+    status = _measure(args, extra, outcome)
+    if outcome.run_dir is not None:  # summary.json's exitstatus is the process's, and this decides it
+        from .session import write_exitstatus
+
+        write_exitstatus(Path(outcome.run_dir), status)
+    return status
+
+
+def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> int:
     """The main job's command. It measures: exit 0 when the run completed, whatever the agents scored (a run
     is made of failed recoveries); 4 for a usage error (a case file that would not load included); with a gate
     option (--retrace-fail-under, --retrace-max-errors), 0 or 1 as the gate decides; pytest's own status for
@@ -46,7 +57,6 @@ def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 
     quiet = [] if any(a.startswith(_OUTPUT_OPTIONS) for a in extra) else ["--retrace-progress", "--tb=no", "-rN"]
     argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *quiet, *_joined(extra)]
-    outcome = _Outcome()
     code = pytest.main(argv, plugins=[outcome])
     summary = outcome.summary
     if summary is None or "gate" in summary:
@@ -227,19 +237,11 @@ def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _run_path(run: str, report_dir: Path) -> Path:
-    """RUN as given (a run directory or a results.jsonl), else the run of that name under the report dir."""
-    path = Path(run)
-    if not path.exists() and (report_dir / run).exists():
-        return report_dir / run
-    return path  # missing: merge_runs names it
-
-
 def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from .report import ReportError, format_report, merge_runs, render_report
 
     try:
-        merged = merge_runs([_run_path(run, Path(args.report_dir)) for run in args.runs])
+        merged = merge_runs(args.runs, report_dir=Path(args.report_dir))
     except ReportError as exc:
         print(f"retrace report: {exc}", file=sys.stderr)
         return 2

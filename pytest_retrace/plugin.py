@@ -672,7 +672,8 @@ class _Controller:
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
             "collection_errors": self.collection_errors,
-        })
+        }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
+        self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
         if settings.gate.active and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             # the gate, not single recovery failures, decides (an interrupted or broken session keeps its status)
             try:
@@ -692,7 +693,12 @@ class _Controller:
             path = baseline_path(str(name), settings.report_dir)
             save_baseline(path, self.session.run_dir.name, self.session.records)
             summary["run"]["saved_baseline"] = str(path)
+        summary["run"]["exitstatus"] = int(session.exitstatus)  # as the gate left it
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
+
+    def pytest_unconfigure(self) -> None:
+        if self.session.summary is not None and hasattr(self, "pytest_session"):
+            self.session.set_exitstatus(int(self.pytest_session.exitstatus))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from .stats import format_table
