@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from pytest_retrace.records import Failure, Record
 from pytest_retrace.report import format_report, merge_runs, render_markdown, render_report
 from pytest_retrace.stats import format_table, summarize
 from pytest_retrace.writers import Plots, SummaryJson, SummaryMarkdown
+
+pytest_plugins = ["pytester"]  # the real run at the end
 
 VERDICTS = {"R": "recovered", "F": "not_recovered", "E": "error"}
 
@@ -232,6 +236,58 @@ def test_collisions_and_repeated_run_dirs_are_warned_about(tmp_path: Path, capsy
     assert f"warning: run: test id {clash} belongs to two different case files" in capsys.readouterr().out
 
 
+def test_two_runs_of_one_config_are_compared_before_and_after_on_cases(tmp_path: Path) -> None:
+    """m in run "before" and run "after", 2 run indices each (--retrace-runs 2), cases c0..c7:
+    before: c0..c1 R R, c2..c7 F F;  after: c0..c5 R R, c6 R F, c7 F F. Per case (sum over the 2 matched
+    runs): after better on c2..c6 (5), worse on none -> McNemar p = 2 * 0.5^5 = 0.0625; rates 4/16 -> 13/16,
+    +56.25 points. c8 ran only after: not paired, and the case sets differ (a warning)."""
+    before = [rec(f"c{i}", "R" if i < 2 else "F", run_index=k) for i in range(8) for k in range(2)]
+    after = [rec(f"c{i}", "R" if i < 6 or (i == 6 and k == 0) else "F", run_index=k) for i in range(8)
+             for k in range(2)] + [rec("c8", "R", run_index=0)]
+    merged = merge_runs([write_run(tmp_path / "before", before), write_run(tmp_path / "after", after)])
+    [d] = merged.run_comparisons
+    assert (d.model, d.before, d.after, d.pairs, d.cases, d.worse, d.better) == ("m", "before", "after", 16, 8, 0, 5)
+    assert (d.rate_before, d.rate_after, d.p_value) == (0.25, 0.8125, pytest.approx(0.0625))
+    assert d.change_points == pytest.approx(56.25)
+    assert merged.comparisons == []  # one model: nothing to pair across models
+    assert merged.warnings == ["runs cover different case sets: before lacks 1 of the 9 cases the runs cover (c8); "
+                               "rates across these runs are over different cases"]
+    [line] = [x for x in format_report(merged).splitlines() if x.startswith("m ") and "before" in x]
+    assert line.split() == ["m", "implicit", "10", "before", "after", "16", "8", "25.0", "81.2", "+56.2", "0", "5",
+                            "0.0625"]
+    assert "## Run comparison (before / after, paired)" in render_report(merged)
+    assert merged.to_dict()["run_comparisons"][0]["better"] == 5
+
+
+def test_a_case_whose_files_changed_between_runs_is_warned_about(tmp_path: Path) -> None:
+    """The digests come from each run's summary.json, written as the plugin writes it (RetraceSession.finish
+    with the checkout root, then the SummaryJson writer); between the runs the case file is edited."""
+    from pytest_retrace.provenance import case_digest
+    from pytest_retrace.session import RetraceSession
+
+    cases = tmp_path / "cases" / "mousepad"
+    cases.mkdir(parents=True)
+    source = Path(__file__).parent / "data" / "cases" / "mousepad"
+    for name in ("typo-short", "select-all-short"):
+        (cases / f"{name}.yaml").write_bytes((source / f"{name}.yaml").read_bytes())
+    dirs = []
+    for run in ("old", "new"):
+        session = RetraceSession(tmp_path / "reports" / run)
+        for name in ("typo-short", "select-all-short"):
+            session.add(rec(name, "F", domain="mousepad"))
+        write_run(session.run_dir, session.records)
+        summary = session.finish({}, root=tmp_path)
+        SummaryJson().pytest_retrace_summary(summary=summary, run_dir=str(session.run_dir), config=_Config())
+        assert summary["run"]["cases"]["typo-short"] == {"file": "cases/mousepad/typo-short.yaml",
+                                                         "digest": case_digest(cases / "typo-short.yaml")}
+        dirs.append(session.run_dir)
+        with (cases / "typo-short.yaml").open("a") as fh:
+            fh.write("# edited after the first run\n")
+    merged = merge_runs(dirs)
+    assert merged.warnings == ["1 case(s) changed between runs old and new (their files' digests differ: "
+                               "typo-short): the same case id is not the same case"]
+
+
 # --- plots ------------------------------------------------------------------------------------------
 
 
@@ -388,3 +444,57 @@ def test_retrace_report_names_a_bad_or_missing_results_file(tmp_path: Path,
                                        f"{tmp_path / 'no-such-run'}; runs in {tmp_path}: bad, good\n")
     assert cli.main(["report", "x", "--report-dir", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.endswith(f"{tmp_path / 'nowhere'} does not exist (--report-dir)\n")
+
+
+# --- a real run: provenance, failed tests and the exit status ---------------------------------------
+
+
+@pytest.mark.desktop
+def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_status(project: pytest.Pytester) -> None:
+    """noop and oracle on one real case, in a git checkout of the project: summary.json names the commit, the
+    command, the versions, the model configs and the case's digest (the calibration's function), lists the
+    failed test with artifacts that exist, and its exitstatus is the process's: pytest's 1, `retrace run`'s 0,
+    the gate's 0 when it passes under plain pytest."""
+    from pytest_retrace.provenance import case_digest
+
+    git = ["git", "-C", str(project.path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "cases", "agents"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "cases"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+    res = project.runpytest_subprocess("--retrace-model=noop,oracle", "-k", "typo-short", "--retrace-run=plain",
+                                       "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED  # noop failed its recovery
+    summary = json.loads((project.path / "reports" / "plain" / "summary.json").read_text())
+    meta = summary["run"]
+    assert meta["exitstatus"] == res.ret
+    assert meta["git"] == {"commit": head, "dirty": False}
+    assert "--retrace-model=noop,oracle" in meta["command"] and "--retrace-run=plain" in meta["command"]
+    assert meta["versions"]["pytest-retrace"] and meta["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert {m["name"]: m["provider"] for m in meta["model_configs"]} == {"noop": "noop", "oracle": "oracle"}
+    case_file = project.path / "cases" / "mousepad" / "typo-short.yaml"
+    assert meta["cases"] == {"typo-short": {"file": "cases/mousepad/typo-short.yaml", "digest": case_digest(case_file)}}
+    assert meta["started_at"] <= meta["finished_at"]
+    [failed] = summary["failed"]
+    assert (failed["model"], failed["verdict"], failed["r_tc"]) == ("noop", "not_recovered", False)
+    assert set(failed["artifacts"]) == {"recovered", "diff"}
+    for path in failed["artifacts"].values():
+        assert (project.path / "reports" / "plain" / path).is_file()
+    md = (project.path / "reports" / "plain" / "summary.md").read_text()
+    assert f"- commit: {head}" in md and "## Failed tests (1)" in md
+    assert f"[diff]({failed['artifacts']['diff']})" in md
+    plots = project.path / "reports" / "plain" / "plots"
+    assert {p.name for p in plots.iterdir()} >= {"rates.pdf", "rates.svg", "domains.png", "criteria.svg"}
+    assert not (plots / "budget.png").exists()  # one r
+
+    retrace = Path(sys.executable).with_name("retrace")
+    run = subprocess.run([str(retrace), "run", "--model", "noop", "-k", "typo-short", "--retrace-run=measured",
+                          "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert json.loads((project.path / "reports" / "measured" / "summary.json").read_text())["run"]["exitstatus"] == 0
+
+    res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short", "--retrace-fail-under=0",
+                                       "--retrace-run=gated", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.OK  # the gate passed, though noop failed
+    assert json.loads((project.path / "reports" / "gated" / "summary.json").read_text())["run"]["exitstatus"] == 0

@@ -468,3 +468,36 @@ def test_three_runs_give_mean_sd_and_success_at_k_as_computed_by_hand() -> None:
     assert "44.4 ± 26.8 (3)" in table and "@1 45.8% @2 66.7% @3 66.7%" in table
     single = group(summarize([rec("a"), rec("b")]), "oracle", "implicit")
     assert single["runs"] is single["rate_mean"] is single["success_at"] is None  # one run: no such columns
+
+
+# --- repeated runs: the interval is clustered by case -----------------------------------------------
+
+
+def runs_of(plan: dict[str, str]) -> list[dict[str, Any]]:
+    """``{"case": "RRF"}``: the case's verdict in run 0, 1, 2 ... (R recovered, F not)."""
+    return [dict(rec(f"{case}-run{i}", "recovered" if v == "R" else "not_recovered"), case=case, run_index=i)
+            for case, runs in plan.items() for i, v in enumerate(runs)]
+
+
+def test_k_runs_of_one_case_are_one_cluster_not_k_trials() -> None:
+    """4 of 10 cases recovered in all 3 runs, 6 in none: 12/30 trials, but the evidence is 4 of 10 cases."""
+    plan = {f"c{i}": "RRR" if i < 4 else "FFF" for i in range(10)}
+    g = group(summarize(runs_of(plan)), "oracle", "implicit")
+    assert (g["n"], g["recovered"], g["clusters"], g["effective_n"]) == (30, 12, 10, 10.0)
+    assert (g["ci_low"], g["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(4, 10))
+    assert g["ci_high"] - g["ci_low"] > (lambda lo, hi: hi - lo)(*wilson_interval(12, 30)) + 0.1  # not 12 of 30
+
+
+def test_cluster_interval_by_hand_and_one_run_is_plain_wilson() -> None:
+    """a: 2 of 2 runs, b: 1 of 2, c: 0 of 2. p = 3/6; V = ((2 - 1)² + (1 - 1)² + (0 - 1)²) / 6² = 1/18;
+    n_eff = p(1 - p) / V = 0.25 * 18 = 4.5; Wilson at p = 0.5, n = 4.5, z = 1.96: centre 0.5,
+    half = z / (1 + z²/4.5) * sqrt(0.25/4.5 + z²/(4 * 4.5²)) = 0.339310."""
+    g = group(summarize(runs_of({"a": "RR", "b": "RF", "c": "FF"})), "oracle", "implicit")
+    assert g["effective_n"] == pytest.approx(4.5) and g["clusters"] == 3
+    z = 1.959963984540054
+    half = z / (1 + z * z / 4.5) * math.sqrt(0.25 / 4.5 + z * z / (4 * 4.5**2))
+    assert half == pytest.approx(0.339310, abs=1e-6)
+    assert (g["ci_low"], g["ci_high"]) == (round(0.5 - half, 6), round(0.5 + half, 6))
+    single = group(summarize(runs_of({"a": "R", "b": "F", "c": "F", "d": "R", "e": "R"})), "oracle", "implicit")
+    assert (single["ci_low"], single["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(3, 5))
+    assert single["clusters"] is single["effective_n"] is None  # one trial per case: not clustered
