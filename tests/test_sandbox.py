@@ -70,7 +70,7 @@ def cmdline_pids(marker: str) -> list[int]:
     return found
 
 
-def wait_for(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
+def wait_for(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -165,7 +165,7 @@ def test_network_is_off_unless_the_case_asks_for_it(env: XvfbEnvironment) -> Non
     env.reset(XTERM, Path("."))
     assert env.run(links).stdout.split() == ["lo"]
     env.reset(task(network=True), Path("."))
-    host = subprocess.run(["sh", "-c", links], capture_output=True, text=True).stdout.split()
+    host = subprocess.run(["sh", "-c", links], check=True, capture_output=True, text=True).stdout.split()
     assert sorted(env.run(links).stdout.split()) == sorted(host)
 
 

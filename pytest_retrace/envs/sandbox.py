@@ -54,9 +54,14 @@ _SYSTEM = frozenset(("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/d
                      "/home", "/tmp", GUEST_HOME))
 
 
+# Loaded once, here: a preexec_fn runs between fork and exec, where a dlopen could wait forever on the loader's
+# lock if another thread of the worker (the X thread, xthread.py) held it at the fork.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
 def die_with_parent() -> None:
     """preexec_fn: SIGKILL this child when the worker that started it dies, however it dies."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    _LIBC.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def available() -> str | None:
