@@ -73,7 +73,7 @@ def main() -> int:
             start = time.perf_counter()
             env.kill_session()  # ends the task's namespace
             env._restart_display()  # noqa: SLF001 - a new X server and window manager
-            env.sandbox.start(network=False)  # a fresh home, /tmp and namespace: the reset work, no screen wait
+            env.sandbox.start(network=False, ipc_of=env._xvfb_pid())  # noqa: SLF001 - as reset: home, /tmp, namespaces
             timings.append(time.perf_counter() - start)
 
         timings: list[float] = []
