@@ -87,6 +87,9 @@ class Record(_Model):
     evaluator_details: list[str] = []
     screen_diff: str | None = None
     probes: list[ProbeCheck] = []
+    # what confirmed s_error on every replay: screen (its pixels), probes (and its pixels), or determinism (a
+    # hidden-state case nothing can observe, declared `verified_by: determinism`: its recording only)
+    error_state_verified_by: Literal["screen", "probes", "determinism"] | None = None
     error: Failure | None = None
     # -- how it got there
     attempts: int = 0  # reconstructions of the target / error state
@@ -131,6 +134,7 @@ class Record(_Model):
             evaluator_details=list(ev.details) if ev else [],
             screen_diff=result.diff.describe() if result.diff else result.unobserved,
             probes=[ProbeCheck(probe=p, restored=r) for p, r in result.probes.items()],
+            error_state_verified_by=case.error_state_verified_by,  # type: ignore[arg-type]
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
             attempts=result.attempts, reconstruction=dict(result.reconstruction), agent_turns=result.agent_turns,
             actions_used=result.actions_used, invalid_steps=result.invalid_steps,
