@@ -13,12 +13,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_retrace.agents import AgentContext, AgentInfraError, ModelConfig, Observation, create_agent, create_chat
+from pytest_retrace.agents import (
+    AgentContext,
+    AgentInfraError,
+    ModelConfig,
+    Observation,
+    create_agent,
+    create_chat,
+)
 from pytest_retrace.agents.llm import redacted_errors
+from pytest_retrace.agents.prompts import Text
 from pytest_retrace.agents.secrets import PLACEHOLDER, RedactedError, redact, register_secret
 from pytest_retrace.agents.transport import CallStats, Transport, TransportOptions
 from pytest_retrace.testing.loopback import EchoingCredentials, LoopbackServer
-from pytest_retrace.agents.prompts import Text
 
 from .conftest import REPO, records
 
@@ -102,21 +109,20 @@ def test_the_transport_redacts_before_it_cuts_a_long_message(tmp_path: Any) -> N
 
 def test_an_exception_escaping_an_adapter_keeps_its_type_but_not_the_key() -> None:
     register_secret(PLAIN_KEY)
-    with pytest.raises(ValueError) as info:  # still a ValueError: the run calls it an agent bug by its type
-        with redacted_errors():
-            try:
-                raise KeyError(f"header {PLAIN_KEY}")
-            except KeyError as inner:
-                raise ValueError(f"could not use {PLAIN_KEY}") from inner
+    # still a ValueError: the run calls it an agent bug by its type
+    with pytest.raises(ValueError) as info, redacted_errors():
+        try:
+            raise KeyError(f"header {PLAIN_KEY}")
+        except KeyError as inner:
+            raise ValueError(f"could not use {PLAIN_KEY}") from inner
     assert PLAIN_KEY not in _formatted(info.value) and PLACEHOLDER in _formatted(info.value)
 
     class Opaque(Exception):
         def __str__(self) -> str:  # its text is not its args: only a replacement can hide the key
             return f"secret {PLAIN_KEY}"
 
-    with pytest.raises(RedactedError) as replaced:
-        with redacted_errors():
-            raise Opaque()
+    with pytest.raises(RedactedError) as replaced, redacted_errors():
+        raise Opaque()
     assert PLAIN_KEY not in _formatted(replaced.value) and "Opaque: secret [redacted]" in str(replaced.value)
 
 
