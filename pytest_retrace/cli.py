@@ -64,8 +64,12 @@ def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> i
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         return int(code)
     if summary["run"].get("collection_errors"):
-        print(f"retrace run: {summary['run']['collection_errors']} case file(s) could not be loaded "
-              f"(see the collection errors above)", file=sys.stderr)
+        # named here too: --tb=no hides pytest's own report of collection errors
+        errors = summary["run"].get("case_file_errors", [])
+        print(f"retrace run: {summary['run']['collection_errors']} case file(s) could not be loaded:",
+              file=sys.stderr)
+        for error in errors:
+            print(f"  {error['file']}: {error['error']}", file=sys.stderr)
         return int(pytest.ExitCode.USAGE_ERROR)
     return 0
 

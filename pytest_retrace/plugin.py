@@ -24,9 +24,10 @@ from .agents import (  # noqa: E402
 )
 from .cases import CaseError, RecoveryCase, load_case  # noqa: E402
 from .baseline import baseline_path, summary_block  # noqa: E402
+from .baseline import verdicts as baseline_verdicts  # noqa: E402
 from .baseline import save as save_baseline  # noqa: E402
 from .envs.config import EnvConfig, EnvConfigError, load_env_config  # noqa: E402
-from .gate import Gate  # noqa: E402
+from .gate import CaseFileError, Gate, GateResult, format_gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 from .settle import MODES as SETTLE_MODES, SIGNALS as SETTLE_SIGNALS  # noqa: E402
@@ -134,6 +135,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a line per test saying what it measured instead of pytest's per-test output, and on a "
                          "terminal a live line: case, model, stage, turn (`retrace run` does this by default)")
     parser.addini("retrace_progress", "as --retrace-progress", type="bool", default=False)
+    group.addoption("--retrace-gate-strict", dest="retrace_gate_strict", action="store_true", default=None,
+                    help="CI gate with --retrace-baseline: also fail on a group with too few shared cases "
+                         "for McNemar's exact test to ever reach p < 0.05 (fewer than 6), or not in the baseline")
+    parser.addini("retrace_gate_strict", "as --retrace-gate-strict", type="bool", default=False)
     for name, (kind, default, help_) in OPTIONS.items():
         dest = "retrace_" + name.replace("-", "_")
         if kind == "args" or kind == "paths":
@@ -258,8 +263,10 @@ def _gate(config: pytest.Config, report_dir: Path) -> Gate:
     path = None if name is None else baseline_path(str(name), report_dir)
     if path is not None and not path.is_file():
         raise pytest.UsageError(f"--retrace-baseline: no saved baseline at {path} (save one with --retrace-save-baseline)")
+    strict = config.getoption("retrace_gate_strict")
     return Gate(fail_under=fail_under, max_errors=max_errors, baseline=path,
-                max_drop=_number(config, "max-drop", float, 0.0))
+                max_drop=_number(config, "max-drop", float, 0.0),
+                strict=bool(config.getini("retrace_gate_strict") if strict is None else strict))
 
 
 def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
@@ -624,12 +631,15 @@ class _Controller:
 
     def __init__(self, config: pytest.Config, session: RetraceSession) -> None:
         self.config, self.session = config, session
-        self.collection_errors = 0
-        self.gate_problems: list[str] | None = None  # None: no gate option set
+        self.case_file_errors: dict[str, CaseFileError] = {}  # by file: under xdist every worker collects
+        self.gate: GateResult | None = None  # None: no gate option set
+        self.saved_baseline: Path | None = None
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:  # a case file that could not be loaded (reported by the worker that collected it)
-            self.collection_errors += 1
+            file = report.nodeid.split("::")[0] or report.nodeid
+            error = _case_file_error(file, report.longreprtext, self.config.rootpath)
+            self.case_file_errors.setdefault(file, error)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "retrace_record", None)
@@ -671,28 +681,25 @@ class _Controller:
         summary = self.session.finish({
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
-            "collection_errors": self.collection_errors,
+            "collection_errors": len(self.case_file_errors),
+            "case_file_errors": [{"file": e.file, "error": e.error} for e in self.case_file_errors.values()],
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
         self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
         if settings.gate.active and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             # the gate, not single recovery failures, decides (an interrupted or broken session keeps its status)
-            try:
-                comparisons = settings.gate.compare(self.session.records) if settings.gate.baseline else []
-            except ValueError as exc:  # the baseline file is broken: the gate cannot pass on it
-                comparisons, broken = [], [str(exc)]
-            else:
-                broken = []
-            self.gate_problems = broken + settings.gate.problems(summary, self.collection_errors, comparisons)
-            summary["gate"] = {"passed": not self.gate_problems, "problems": self.gate_problems}
+            gate = self.gate = settings.gate.evaluate(summary, self.session.records,
+                                                      list(self.case_file_errors.values()))
+            summary["gate"] = {"passed": gate.passed, "problems": gate.problems, "notes": gate.notes,
+                               "strict": settings.gate.strict}
             if settings.gate.baseline:
                 summary["gate"]["baseline"] = {"path": str(settings.gate.baseline),
-                                               **summary_block(comparisons, settings.gate.max_drop)}
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.gate_problems else pytest.ExitCode.OK
+                                               **summary_block(gate.comparisons, settings.gate.max_drop)}
+            session.exitstatus = pytest.ExitCode.OK if gate.passed else pytest.ExitCode.TESTS_FAILED
         name = _opt(self.config, "save-baseline")
         if name and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-            path = baseline_path(str(name), settings.report_dir)
-            save_baseline(path, self.session.run_dir.name, self.session.records)
-            summary["run"]["saved_baseline"] = str(path)
+            self.saved_baseline = baseline_path(str(name), settings.report_dir)
+            save_baseline(self.saved_baseline, self.session.run_dir.name, self.session.records)
+            summary["run"]["saved_baseline"] = str(self.saved_baseline)
         summary["run"]["exitstatus"] = int(session.exitstatus)  # as the gate left it
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
 
@@ -716,11 +723,29 @@ class _Controller:
         if summary.get("n_ignored_reruns"):
             tr.write_line(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict in this run "
                           f"were ignored: a finished verdict is final (a new measurement needs a new --retrace-run)")
+        if self.case_file_errors:  # pytest's own report of them is hidden under `retrace run` (--tb=no)
+            tr.write_line(f"{len(self.case_file_errors)} case file(s) could not be loaded (not in any rate):",
+                          red=True)
+            for error in self.case_file_errors.values():
+                tr.write_line(f"  {error}")
         tr.write_line(f"results: {self.session.results_path}")
-        if self.gate_problems is not None:
-            tr.write_sep("=", "retrace gate: " + ("FAILED" if self.gate_problems else "passed"))
-            for problem in self.gate_problems:
-                tr.write_line(f"  {problem}")
+        if self.saved_baseline is not None:
+            n = len(baseline_verdicts(self.session.records))
+            tr.write_line(f"baseline saved: {self.saved_baseline} "
+                          f"({n} verdict(s) of run {self.session.run_dir.name})")
+        if self.gate is not None:
+            tr.write_sep("=", "retrace gate: " + ("passed" if self.gate.passed else "FAILED"))
+            for line in format_gate(self.gate, self.config.stash[settings_key].gate):
+                tr.write_line(line)
+
+
+def _case_file_error(file: str, text: str, rootpath: Path) -> CaseFileError:
+    """The error's first line (a CaseError's whole message; a loader bug's header, not its traceback), without
+    the file's own path when it starts with it."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "no error text")
+    for prefix in (f"{rootpath / file}: ", f"{file}: "):
+        first = first.removeprefix(prefix)
+    return CaseFileError(file, first)
 
 
 class _DryRun:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .replay import Stage
 
 REFRESH = 0.5  # seconds between redraws of the live line
+WHY_WIDTH = 100  # on a terminal, an error's text in a per-test line is cut to this many characters
 
 
 def _progress_dir(run_dir: Path) -> Path:
@@ -95,6 +97,7 @@ class ProgressReporter:
         self.runs = runs
         self.dir = _progress_dir(run_dir)
         self.live = live
+        self.tty = False  # a log (CI) keeps every word of an error; a terminal gets it cut to fit
         self.lock = threading.Lock()
         self.done = 0
         self.recovered = 0
@@ -124,8 +127,9 @@ class ProgressReporter:
             return
         tr.showfspath = False  # no "cases/x.yaml" prefixes before each file's tests
         self.config.option.console_output_style = "classic"  # no [ 50%] fill: each line carries its count
+        self.tty = bool(tr.isatty())
         if self.live is None:
-            self.live = bool(tr.isatty())
+            self.live = self.tty
         if self.live and self.config.pluginmanager.has_plugin("dsession"):  # xdist's controller: workers run tests
             self._thread = threading.Thread(target=self._loop, name="retrace-progress", daemon=True)
             self._thread.start()
@@ -166,7 +170,7 @@ class ProgressReporter:
             tr.ensure_newline()
             tr.write(f"[{self.done:>{width}}/{total}] ")
             tr.write(f"{word:<14}", **markup)
-            tr.write(f"{what}  {_why(record)}{took}\n")
+            tr.write(f"{what}  {_why(record, WHY_WIDTH if self.tty else None)}{took}\n")
             tr.flush()
 
     _session: pytest.Session | None = None
@@ -182,7 +186,7 @@ class ProgressReporter:
             if tr is None:
                 return
             if text:
-                tr.rewrite(text[: max(tr._tw.fullwidth - 1, 20)], erase=True, cyan=True)
+                tr.rewrite(_shorten(text, max(tr._tw.fullwidth - 1, 20)), erase=True, cyan=True)
                 tr.flush()
                 self._drawn = True
             else:
@@ -232,6 +236,15 @@ class ProgressReporter:
             pass
 
 
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut at the last word boundary that fits ``width`` with an ellipsis; a first word longer than
+    that is cut inside (textwrap.shorten would leave only the ellipsis)."""
+    if len(text) <= width:
+        return text
+    cut = textwrap.shorten(text, width, placeholder=" …")
+    return text[: width - 1] + "…" if cut.strip() == "…" else cut
+
+
 def _word(record: Record) -> tuple[str, dict[str, bool]]:
     if record.verdict == "recovered":
         return "RECOVERED", {"green": True}
@@ -240,11 +253,13 @@ def _word(record: Record) -> tuple[str, dict[str, bool]]:
     return "NOT RECOVERED", {"red": True}
 
 
-def _why(record: Record) -> str:
-    """A few words: which half of the oracle failed, or what broke."""
+def _why(record: Record, width: int | None = None) -> str:
+    """A few words: which half of the oracle failed, or what broke (the error's whole text, or on a terminal
+    at most ``width`` characters of it, cut between words)."""
     if record.error is not None:
         message = " ".join(record.error.message.split())
-        return f"{record.error.kind} at {record.error.stage}: {message[:100]}"
+        text = message if width is None else _shorten(message, width)
+        return f"{record.error.kind} at {record.error.stage}: {text}"
     r_o = "-" if record.ssim is None else f"{'ok' if record.r_o else 'failed'} ({record.ssim:.4f})"
     r_tc = "-" if record.r_tc is None else ("ok" if record.r_tc else "failed")
     used = f"{record.actions_used}/{record.budget} actions"

@@ -85,7 +85,8 @@ def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = 
     gate = summary.get("gate")
     if gate:
         out += ["## Gate", "", "passed" if gate.get("passed") else "**FAILED**", "",
-                *(f"- {p}" for p in gate.get("problems", [])), ""]
+                *(f"- {p}" for p in gate.get("problems", [])),
+                *(f"- note: {n}" for n in gate.get("notes", [])), ""]
     out += _md_plots(plots)
     return "\n".join(out).rstrip() + "\n"
 
