@@ -137,8 +137,10 @@ class AllureWriter:
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # On the controller only: under xdist every worker collects and fails alike, and the controller gets
-        # the error once (xdist drops the copies).
-        if not report.failed or self._config is None or hasattr(self._config, "workerinput"):
+        # the error once (xdist drops the copies). A run that only lists tests (--collect-only, --retrace-dry-run)
+        # writes no results, as allure-pytest writes none then.
+        config = self._config
+        if not report.failed or config is None or hasattr(config, "workerinput") or config.option.collectonly:
             return
         if Path(report.nodeid).suffix not in (".yaml", ".yml"):  # only case files are collected from YAML
             return

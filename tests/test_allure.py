@@ -248,3 +248,26 @@ def test_the_generator_turns_the_results_into_html_with_the_screenshots(allure_r
     assert any("R_TC only" in name for name in categories)
     assert categories["Case files that did not load"] == {"cases/mousepad/bad-wait.yaml (did not load)"}
     assert len(categories["Infrastructure errors (excluded from rates)"]) == 4, categories
+
+
+def test_a_case_file_that_did_not_load_without_xdist_and_nothing_when_only_listing(
+        pytester: pytest.Pytester) -> None:
+    """The single-process path (no xdist controller), where collection stops the run; no desktop starts."""
+    typo = REPO / "tests" / "data" / "cases" / "mousepad" / "typo-short.yaml"
+    cases = pytester.path / "cases"
+    cases.mkdir()
+    (cases / "bad-wait.yaml").write_text(
+        typo.read_text().replace("  - pyautogui.write('world')", "  - {action: wait, seconds: null}"))
+    shutil.copytree(REPO / "agents", pytester.path / "agents")
+    args = ["--retrace-model=noop", "--retrace-cases=cases", "--retrace-agents=agents", "-p", "no:cacheprovider",
+            "--retrace-run=al", "cases"]
+    res = pytester.runpytest_subprocess(*args, "--alluredir=listed", "--collect-only")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED, res.stdout.str()
+    assert not list((pytester.path / "listed").glob("*-result.json"))
+    res = pytester.runpytest_subprocess(*args, "--alluredir=results")
+    assert res.ret != pytest.ExitCode.OK, res.stdout.str()
+    res.stdout.fnmatch_lines(["*1 error*"])
+    [bad] = _results(pytester.path / "results")
+    assert (bad["status"], bad["name"]) == ("broken", "cases/bad-wait.yaml (did not load)")
+    assert bad["statusDetails"]["message"] == (
+        f"case file did not load: {cases / 'bad-wait.yaml'}: trajectory[1]: wait: seconds must be a number, got None")
