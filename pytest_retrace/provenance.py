@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PACKAGES: tuple[str, ...] = ("pytest-retrace", "pytest", "pytest-xdist", "numpy", "scikit-image", "pillow",
                              "matplotlib", "pydantic", "anthropic", "openai", "docker", "allure-pytest")
 # a command-line value that may be a secret (a guest's bearer token as an env option, say): never in a report
-_SECRET = re.compile(r"(?i)((?:^|[-_.])(?:key|token|secret|password|passwd|auth)[A-Za-z_]*=)[^,\s]+")
+_SECRET = re.compile(r"(?i)(\b[\w-]*(?:key|token|secret|password|passwd|auth)[\w-]*=)[^,\s]+")
 
 
 def case_digest(path: Path, root: Path | None = None) -> str:

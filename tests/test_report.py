@@ -250,8 +250,8 @@ def test_two_runs_of_one_config_are_compared_before_and_after_on_cases(tmp_path:
     assert (d.rate_before, d.rate_after, d.p_value) == (0.25, 0.8125, pytest.approx(0.0625))
     assert d.change_points == pytest.approx(56.25)
     assert merged.comparisons == []  # one model: nothing to pair across models
-    assert merged.warnings == ["runs cover different case sets: before lacks 1 of the 9 cases the runs cover (c8); "
-                               "rates across these runs are over different cases"]
+    assert merged.warnings == [("runs cover different case sets: before lacks 1 of the 9 cases the runs cover "
+                                "(c8); rates across these runs are over different cases")]
     [line] = [x for x in format_report(merged).splitlines() if x.startswith("m ") and "before" in x]
     assert line.split() == ["m", "implicit", "10", "before", "after", "16", "8", "25.0", "81.2", "+56.2", "0", "5",
                             "0.0625"]
@@ -284,8 +284,8 @@ def test_a_case_whose_files_changed_between_runs_is_warned_about(tmp_path: Path)
         with (cases / "typo-short.yaml").open("a") as fh:
             fh.write("# edited after the first run\n")
     merged = merge_runs(dirs)
-    assert merged.warnings == ["1 case(s) changed between runs old and new (their files' digests differ: "
-                               "typo-short): the same case id is not the same case"]
+    assert merged.warnings == [("1 case(s) changed between runs old and new (their files' digests differ: "
+                                "typo-short): the same case id is not the same case")]
 
 
 # --- plots ------------------------------------------------------------------------------------------
@@ -446,6 +446,15 @@ def test_retrace_report_names_a_bad_or_missing_results_file(tmp_path: Path,
     assert capsys.readouterr().err.endswith(f"{tmp_path / 'nowhere'} does not exist (--report-dir)\n")
 
 
+def test_the_command_line_in_a_report_masks_secret_looking_values() -> None:
+    from pytest_retrace.provenance import redact
+
+    argv = ["pytest", "--retrace-env=remote", "--retrace-env-option", "urls=http://a:5000,token=s3cret",
+            "--retrace-env-option=API_KEY=sk-123", "-k", "typo", "--retrace-budget=1,3"]
+    assert redact(argv) == ["pytest", "--retrace-env=remote", "--retrace-env-option", "urls=http://a:5000,token=***",
+                            "--retrace-env-option=API_KEY=***", "-k", "typo", "--retrace-budget=1,3"]
+
+
 # --- a real run: provenance, failed tests and the exit status ---------------------------------------
 
 
@@ -490,7 +499,8 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
 
     retrace = Path(sys.executable).with_name("retrace")
     run = subprocess.run([str(retrace), "run", "--model", "noop", "-k", "typo-short", "--retrace-run=measured",
-                          "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=600)
+                          "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=600,
+                         check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert json.loads((project.path / "reports" / "measured" / "summary.json").read_text())["run"]["exitstatus"] == 0
 
