@@ -412,7 +412,8 @@ def test_retrace_run_prints_a_line_per_test_and_a_live_progress_line(project: py
     assert "| noop | implicit | 10 | 2 | 0 |" in (run / "summary.md").read_text()
     from PIL import Image
 
-    for name in ("rates", "budget", "kinds", "horizons"):
+    assert not (run / "plots" / "budget.png").exists()  # one r: no rate-against-r figure
+    for name in ("rates", "domains", "kinds", "horizons", "criteria"):
         with Image.open(run / "plots" / f"{name}.png") as image:
             assert image.format == "PNG" and min(image.size) > 100
             assert len(image.convert("RGB").getcolors(1 << 20) or []) > 2, name
