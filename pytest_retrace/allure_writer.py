@@ -60,8 +60,9 @@ NOT_LOADED = "case file did not load"
 
 # Allure 2 matches these regular expressions (Java) against the whole message, Allure 3 (JavaScript) searches
 # them: [\s\S] is "any character, newlines included" in both dialects. The assertion's message carries
-# "R_O=..., R_TC=..." (assertion.explain); a case file that did not load, NOT_LOADED. Allure puts a result in
-# every category it matches, so the infrastructure one leaves the case files out.
+# "R_O=..., R_TC=..." (assertion.explain); a case file that did not load, NOT_LOADED. Allure 2 puts a result in
+# the first category it matches (generator 2.x, measured); the infrastructure one leaves the case files out
+# anyway, so that the order does not matter.
 CATEGORIES = [
     {"name": "Not recovered: R_O and R_TC failed", "matchedStatuses": ["failed"],
      "messageRegex": r"[\s\S]*R_O=False, R_TC=False[\s\S]*"},
@@ -105,7 +106,7 @@ class AllureWriter:
         self.settings = settings
         self._steps: dict[int, str] = {}  # id(stage) -> Allure step uuid, while the stage runs
         self._open: list[str] = []  # uuids of the running stages, innermost last
-        self._attach_to: dict[str, TestStepResult] = {}  # ATTACH_TO's keys -> the step of the running test
+        self._attach_to: dict[str, TestStepResult] = {}  # ATTACH_TO's values -> that step of the running test
         self._started: dict[str, int] = {}  # nodeid -> the test's start (ms), its set-up's
         self._fixtures = _HarnessFixtures()
         self._config: pytest.Config | None = None
