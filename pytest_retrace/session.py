@@ -121,6 +121,11 @@ def write_exitstatus(run_dir: Path, status: int) -> None:
         return
     summary.setdefault("run", {})["exitstatus"] = int(status)
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    markdown = run_dir / "summary.md"  # its "Run" list names the status too (report._md_provenance)
+    if markdown.is_file():
+        text = markdown.read_text(encoding="utf-8")
+        markdown.write_text(re.sub(r"(?m)^- exit status: .*$", f"- exit status: {int(status)}", text, count=1),
+                            encoding="utf-8")
 
 
 def read_records(path: Path) -> list[Record]:

@@ -491,7 +491,7 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
     for path in failed["artifacts"].values():
         assert (project.path / "reports" / "plain" / path).is_file()
     md = (project.path / "reports" / "plain" / "summary.md").read_text()
-    assert f"- commit: {head}" in md and "## Failed tests (1)" in md
+    assert f"- commit: {head}" in md and "## Failed tests (1)" in md and "\n- exit status: 1\n" in md
     assert f"[diff]({failed['artifacts']['diff']})" in md
     plots = project.path / "reports" / "plain" / "plots"
     assert {p.name for p in plots.iterdir()} >= {"rates.pdf", "rates.svg", "domains.png", "criteria.svg"}
@@ -503,6 +503,7 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
                          check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert json.loads((project.path / "reports" / "measured" / "summary.json").read_text())["run"]["exitstatus"] == 0
+    assert "\n- exit status: 0\n" in (project.path / "reports" / "measured" / "summary.md").read_text()
 
     res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short", "--retrace-fail-under=0",
                                        "--retrace-run=gated", "-p", "no:cacheprovider")
