@@ -509,3 +509,23 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
                                        "--retrace-run=gated", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.OK  # the gate passed, though noop failed
     assert json.loads((project.path / "reports" / "gated" / "summary.json").read_text())["run"]["exitstatus"] == 0
+
+
+@pytest.mark.desktop
+def test_a_real_repeated_run_counts_a_case_once_in_its_interval(project: pytest.Pytester) -> None:
+    """oracle on two real cases with --retrace-runs 2: 4 recovered trials, but 2 cases, so the interval is
+    Wilson's for 2 of 2, not for 4 of 4; noop's 0 of 4 likewise that of 0 of 2."""
+    from pytest_retrace.stats import wilson_interval
+
+    res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-runs=2", "-k",
+                                       "typo-short or select-all-short", "--retrace-run=k2", "-n", "2",
+                                       "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED, res.stdout.str()[-3000:]
+    summary = json.loads((project.path / "reports" / "k2" / "summary.json").read_text())
+    oracle = row(summary["groups"], model="oracle")
+    noop = row(summary["groups"], model="noop")
+    assert (oracle["n"], oracle["recovered"], oracle["clusters"], oracle["effective_n"]) == (4, 4, 2, 2.0)
+    assert (oracle["ci_low"], oracle["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(2, 2))
+    assert (oracle["ci_low"], oracle["ci_high"]) != tuple(round(x, 6) for x in wilson_interval(4, 4))
+    assert (noop["n"], noop["recovered"], noop["clusters"]) == (4, 0, 2)
+    assert (noop["ci_low"], noop["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(0, 2))
