@@ -1,5 +1,5 @@
-"""The CI gate's regression test against a saved baseline: McNemar's exact test on the shared cases, and the
-gate end to end (real runs on real desktops): what it compared, what it could not, and unloadable case files."""
+"""The CI gate's regression test against a saved baseline: McNemar's exact test on the shared cases, and
+the gate end to end (real runs on real desktops): what it compared, what it could not, unloadable case files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from pytest_retrace.baseline import ALPHA, compare, errored, load, mcnemar_p, min_shared, save, smallest_p, verdicts
+from pytest_retrace.baseline import (
+    ALPHA,
+    compare,
+    errored,
+    load,
+    mcnemar_p,
+    min_shared,
+    save,
+    smallest_p,
+    verdicts,
+)
 from pytest_retrace.records import Failure, Record
 
 from .conftest import records, summary
@@ -72,7 +82,8 @@ def test_groups_of_either_side_are_compared_and_missing_cases_counted() -> None:
     by_model = {c.group[0]: c for c in compare(old, verdicts(run), errored(run))}
     m = by_model["m"]
     assert (m.shared, m.baseline_n, m.run_n, m.missing, m.missing_errors) == (1, 3, 1, 2, 1)
-    assert m.describe_missing() == "2 of 3 baseline case(s) missing from the run (1 infrastructure error(s), 1 not run)"
+    assert m.describe_missing() == \
+        "2 of 3 baseline case(s) missing from the run (1 infrastructure error(s), 1 not run)"
     assert m.underpowered and m.smallest_p == 1.0
     assert (by_model["gone"].run_n, by_model["gone"].shared) == (0, 0)
     assert (by_model["new"].baseline_n, by_model["new"].shared, by_model["new"].old_rate) == (0, 0, None)
@@ -91,7 +102,8 @@ def _gate(project: pytest.Pytester, run: str) -> dict:
 def test_the_gate_reports_every_comparison_and_fails_when_it_could_not_have(project: pytest.Pytester) -> None:
     """The baseline's save path is printed; 100 % -> 0 % on 5 shared cases passes (p = 0.0625 cannot reach
     0.05) but says so, with the comparison; strict mode (here its ini twin) fails then, and names baseline
-    cases missing from the run; a baseline of a renamed model compares nothing and fails, naming both sides."""
+    cases missing from the run; a baseline of a renamed model compares nothing and fails, naming both
+    sides."""
     cand = project.path / "agents" / "cand.yaml"
     cand.write_text("provider: oracle\n")
     res = project.runpytest_subprocess("--retrace-model=cand", "-k", _FIVE, "--retrace-run=base",
@@ -168,10 +180,12 @@ def test_a_case_file_that_does_not_load_is_named_with_its_error(project: pytest.
     why = "cases/mousepad/broken.yaml: t_seed: 9 is out of range 0..3 (len(trajectory))"
     retrace = Path(sys.executable).with_name("retrace")
     run = subprocess.run([str(retrace), "run", "--model", "oracle", "-k", "typo-short", "--retrace-run=m",
-                          "-p", "no:cacheprovider"], cwd=project.path, capture_output=True, text=True, timeout=600)
+                          "-p", "no:cacheprovider"],
+                         cwd=project.path, capture_output=True, text=True, timeout=600)
     assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout[-3000:] + run.stderr[-2000:]
     assert f"retrace run: 1 case file(s) could not be loaded:\n  {why}\n" in run.stderr, run.stderr
-    assert f"1 case file(s) could not be loaded (not in any rate):\n  {why}\n" in run.stdout, run.stdout[-3000:]
+    listed = f"1 case file(s) could not be loaded (not in any rate):\n  {why}\n"
+    assert listed in run.stdout, run.stdout[-3000:]
     assert summary(project, "m")["run"]["case_file_errors"] == [
         {"file": "cases/mousepad/broken.yaml", "error": why.split(": ", 1)[1]}]
     res = project.runpytest_subprocess("--retrace-model=oracle", "-k", "typo-short", "--retrace-run=g",
@@ -184,9 +198,10 @@ def test_a_case_file_that_does_not_load_is_named_with_its_error(project: pytest.
 def test_an_error_is_cut_between_words_on_a_terminal_only() -> None:
     from pytest_retrace.progress import _why
 
-    message = "could not reproduce the recorded states (tolerance 0 px): attempt 3: error state off: 1024000 px " \
-              "differ within x=0..1279, y=0..799 (SSIM 0.1234)"
-    record = rec("c", None).model_copy(update={"error": Failure(stage="reconstruct", kind="desync", message=message)})
+    message = ("could not reproduce the recorded states (tolerance 0 px): attempt 3: error state off: "
+               "1024000 px differ within x=0..1279, y=0..799 (SSIM 0.1234)")
+    failure = Failure(stage="reconstruct", kind="desync", message=message)
+    record = rec("c", None).model_copy(update={"error": failure})
     assert _why(record) == f"desync at reconstruct: {message}"  # a log: every word
     cut = _why(record, 60).removeprefix("desync at reconstruct: ")
     assert cut == "could not reproduce the recorded states (tolerance 0 px): …" and len(cut) <= 60
