@@ -142,18 +142,21 @@ def test_the_sdk_loggers_never_log_a_key(monkeypatch: pytest.MonkeyPatch, caplog
 
 
 # -- every provider, against a server that echoes the key --------------------------------------------------
+@pytest.mark.parametrize(("status", "kind"), [(401, "api"), (503, "transport")])
 @pytest.mark.parametrize("dialect", list(DIALECTS))
-def test_a_401_quoting_the_key_gives_an_api_error_without_it(dialect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_quoting_the_key_gives_an_infrastructure_error_without_it(
+        dialect: str, status: int, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rejected request (an api error at once) and a server error after the retries (transport) alike."""
     provider, options, key = DIALECTS[dialect]
     monkeypatch.setenv("ECHO_TEST_KEY", key)
-    with LoopbackServer(EchoingCredentials(401)) as server:
+    with LoopbackServer(EchoingCredentials(status)) as server:
         agent = create_agent(_agent_config(server, provider, options))
         with pytest.raises(AgentInfraError) as info:
             _turn(agent)
         agent.close()
     sent = [r.headers.get("authorization", "") + r.headers.get("x-api-key", "") for r in server.requests]
     assert sent and all(key in s for s in sent)  # the key did reach the server, which quoted it
-    assert info.value.kind == "api" and "HTTP 401" in str(info.value) and PLACEHOLDER in str(info.value)
+    assert info.value.kind == kind and f"HTTP {status}" in str(info.value) and PLACEHOLDER in str(info.value)
     assert key not in _formatted(info.value)
 
 
