@@ -29,6 +29,7 @@ from .baseline import save as save_baseline  # noqa: E402
 from .envs.config import EnvConfig, EnvConfigError, load_env_config  # noqa: E402
 from .gate import CaseFileError, Gate, GateResult, format_gate  # noqa: E402
 from .records import Failure, Record, RecordError  # noqa: E402
+from .sample import pick  # noqa: E402
 from .session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 from .settle import MODES as SETTLE_MODES, SIGNALS as SETTLE_SIGNALS  # noqa: E402
 from .settle import SettleConfig  # noqa: E402
@@ -46,6 +47,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "env-option": ("args", [], "an option of the environment provider, KEY=VALUE (repeatable; overrides the config's)"),
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
+    "sample": ("string", None, "K: run only the first K cases (by id) of every app x kind of the collected cases, "
+               "a stratified sample (1: 26 of the built-in suite's 251)"),
     "runs": ("string", "1", "K: run every test K times (the run index is in the test id); the summary adds "
              "success@k and the mean and sd of the rate across runs"),
     "contextualizer": ("string", "contextualizer", "model config summarising the target for explicit-context"),
@@ -92,6 +95,7 @@ class Settings:
     screen: tuple[int, int]
     report_dir: Path
     runs: int
+    sample: int | None  # --retrace-sample K: cases per app x kind, None: all
     gate: Gate
     network: str
     hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
@@ -242,7 +246,9 @@ def _settings(config: pytest.Config) -> Settings | None:
         settle=_settle(config),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
-        report_dir=report_dir, runs=_number(config, "runs", int, 1), gate=_gate(config, report_dir), network=network,
+        report_dir=report_dir, runs=_number(config, "runs", int, 1),
+        sample=None if _opt(config, "sample") is None else _number(config, "sample", int, 1),
+        gate=_gate(config, report_dir), network=network,
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
     )
@@ -401,7 +407,18 @@ def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--retrace-resume: a test whose verdict is already in the run is not run again (it is deselected)."""
+    """--retrace-sample: the tests of cases outside the sample are deselected; --retrace-resume: a test whose
+    verdict is already in the run is not run again (it is deselected)."""
+    settings = config.stash.get(settings_key, None)
+    if settings is not None and settings.sample is not None:
+        runs = {item: item.callspec.params["retrace_run"] for item in items
+                if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("retrace_run"), CaseRun)}
+        chosen = pick((run.case for run in runs.values()), settings.sample)
+        left_out = [item for item, run in runs.items() if run.case.id not in chosen]
+        if left_out:
+            dropped = set(left_out)
+            items[:] = [item for item in items if item not in dropped]
+            config.hook.pytest_deselected(items=left_out)
     finished = config.stash.get(finished_key, frozenset())
     if not finished:
         return
