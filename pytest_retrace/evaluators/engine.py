@@ -78,7 +78,7 @@ def evaluate(spec: dict[str, Any], env: EvalEnv, case_dir: Path | None = None, *
         rounds += 1
         if again.passed:
             return _noted(again, f"passed on evaluation {rounds}, {time.monotonic() - start:.1f} s after the first "
-                                 "had failed")
+                                 "(which failed) began")
         final = idle and seen is not None and read == seen
         evaluation, seen = again, read
         if final:
