@@ -123,12 +123,13 @@ class ModelAgent:
 
     # -- the protocol ----------------------------------------------------------------------------------
     def start(self, context: AgentContext) -> None:
-        self.ctx = context
-        img = self.opts.image
-        self.scaler = Scaler.build(context.screen, max_long_edge=img.max_long_edge, max_pixels=img.max_pixels,
-                                   coordinates=img.coordinates)
-        self._images = []
-        self._reset()
+        with redacted_errors():  # as act(): a provider's _reset may be anything
+            self.ctx = context
+            img = self.opts.image
+            self.scaler = Scaler.build(context.screen, max_long_edge=img.max_long_edge,
+                                       max_pixels=img.max_pixels, coordinates=img.coordinates)
+            self._images = []
+            self._reset()
 
     def act(self, observation: Observation) -> AgentTurn:
         """One turn; what it returns or raises quotes no credential (see :mod:`.secrets`): a rationale and an
