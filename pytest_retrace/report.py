@@ -159,6 +159,7 @@ class RunInfo:
     path: Path  # its results.jsonl
     summary: dict[str, Any]  # summarize() of this run alone
     digests: dict[str, str | None]  # case id -> digest of its files, from the run's summary.json (if any)
+    provenance: dict[str, Any] = _field(default_factory=dict)  # that summary.json's "run" (provenance.py)
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
         if not records:
             warnings.append(f"{label}: {path} holds no records")
         warnings += _collisions(label, records)
-        runs.append(RunInfo(label, path, summarize(records), _digests(path)))
+        meta = _run_meta(path)
+        runs.append(RunInfo(label, path, summarize(records), _digests(meta), meta))
         per_run.append(records)
     warnings += _case_sets(runs, per_run) + _changed_cases(runs)
     units: list[str] = []
@@ -305,14 +307,22 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
                         _run_comparisons(per_run, [r.label for r in runs]))
 
 
-def _digests(results: Path) -> dict[str, str | None]:
-    """Case digests from the summary.json beside a results.jsonl (provenance.case_digests); none for a run
-    without one, or from a version that did not record them."""
+def _run_meta(results: Path) -> dict[str, Any]:
+    """The ``run`` of the summary.json beside a results.jsonl; empty for a run without one (a bare results
+    file, an interrupted run)."""
     try:
-        summary = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))
-        cases = summary["run"]["cases"]
-        return {case: entry.get("digest") for case, entry in cases.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        meta = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))["run"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _digests(meta: dict[str, Any]) -> dict[str, str | None]:
+    """Case digests of a run's provenance (provenance.case_digests); none from a version that did not record
+    them."""
+    try:
+        return {case: entry.get("digest") for case, entry in meta.get("cases", {}).items()}
+    except AttributeError:
         return {}
 
 
@@ -545,8 +555,12 @@ def _run_lines(merged: MergedReport) -> list[str]:
         s = run.summary
         models = sorted({g["model"] for g in s["groups"]})
         extra = f", {s['n_ignored_reruns']} ignored rerun(s)" if s.get("n_ignored_reruns") else ""
+        git = run.provenance.get("git") or {}
+        made = "".join([f"; {run.provenance['started_at']}" if run.provenance.get("started_at") else "",
+                        f", commit {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}"
+                        if git.get("commit") else ""])
         out.append(f"{run.label}: {run.path} — {s['n_records']} test(s), {s['n_errors']} error(s){extra}; "
-                   f"models {', '.join(models) or '-'}")
+                   f"models {', '.join(models) or '-'}{made}")
     return out
 
 

@@ -284,6 +284,8 @@ def test_a_case_whose_files_changed_between_runs_is_warned_about(tmp_path: Path)
         with (cases / "typo-short.yaml").open("a") as fh:
             fh.write("# edited after the first run\n")
     merged = merge_runs(dirs)
+    started = merged.runs[0].provenance["started_at"]
+    assert format_report(merged).splitlines()[1].endswith(f"models m; {started}")  # no git checkout: no commit
     assert merged.warnings == [("1 case(s) changed between runs old and new (their files' digests differ: "
                                 "typo-short): the same case id is not the same case")]
 
@@ -496,6 +498,8 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
     plots = project.path / "reports" / "plain" / "plots"
     assert {p.name for p in plots.iterdir()} >= {"rates.pdf", "rates.svg", "domains.png", "criteria.svg"}
     assert not (plots / "budget.png").exists()  # one r
+    report = format_report(merge_runs(["plain"], report_dir=project.path / "reports"))
+    assert f"models noop, oracle; {meta['started_at']}, commit {head[:12]}" in report.splitlines()[1]
 
     retrace = Path(sys.executable).with_name("retrace")
     run = subprocess.run([str(retrace), "run", "--model", "noop", "-k", "typo-short", "--retrace-run=measured",
