@@ -46,7 +46,8 @@ class SummaryJson:
 
 
 class Plots:
-    """``plots/*.png`` (plots.py): rates with their intervals, rate against budget, by kind and by horizon —
+    """``plots/`` (plots.py), each figure as PNG, PDF and SVG: rates with their intervals, rate against budget
+    (several budgets only), by domain, kind and horizon, R_O against R_TC —
     drawn from the summary the hook receives, which is computed from the run's records only, so the pictures
     and summary.json cannot disagree."""
 
