@@ -364,8 +364,8 @@ def _score(env: Environment, case: RecoveryCase, target: np.ndarray, opts: Repla
         except InfraError as exc:
             _blame(env, "suffix", exc)
             # the rest of the task cannot be carried out from the state the agent left: it is not completed
-            result.evaluation = Evaluation(0.0, False, [f"the remaining ground-truth actions could not be "
-                                                        f"replayed from the state the agent left: {exc.message}"])
+            why = f"the remaining ground-truth actions could not be replayed from the state the agent left: {exc.message}"
+            result.evaluation = Evaluation(0.0, False, [why])
             result.r_tc, stage.failed = False, exc.message
             return
         result.suffix_len = len(case.suffix)
@@ -374,8 +374,7 @@ def _score(env: Environment, case: RecoveryCase, target: np.ndarray, opts: Repla
             result.evaluation = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
         except EnvError as exc:
             _blame(env, "evaluate", exc)
-            result.evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent "
-                                                        f"left: {exc}"])
+            result.evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent left: {exc}"])
         except OSError as exc:  # the case's own files (its expected outputs): the harness's
             raise InfraError("evaluate", str(exc)) from exc
         stage.title = f"R_TC: evaluator score {result.evaluation.score:g}"

@@ -2,13 +2,13 @@
 
 What the agent leaves behind — a screen it keeps changing, a server grab — must fail its recovery with the
 reason, never become an infrastructure error (which would take the case out of its n); the harness's own
-fault (its X server gone) must stay an error. Each test plays the agent's part on a built-in terminal case.
+fault (its X server gone) must stay an error. Each test plays the agent's part on a built-in terminal case,
+on the module's desktop (conftest's ``env``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -32,14 +32,6 @@ OPTS = ReplayOptions(budget=3, strategy="implicit")
 # An X client of the task that holds a server grab for a minute: any X client can do this (XGrabServer).
 GRAB = ("python3 -c \"import ctypes as c,time; x=c.CDLL('libX11.so.6'); x.XOpenDisplay.restype=c.c_void_p; "
         "d=c.c_void_p(x.XOpenDisplay(None)); x.XGrabServer(d); x.XSync(d,0); time.sleep(60)\" &\n")
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[XvfbEnvironment]:
-    e = XvfbEnvironment()
-    e.start()
-    yield e
-    e.close()
 
 
 def test_a_screen_the_agent_leaves_changing_fails_the_recovery_and_is_no_error(env: XvfbEnvironment) -> None:
