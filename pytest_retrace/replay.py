@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +31,7 @@ import numpy as np
 
 from .actions import Action, ActionError, check_turn
 from .agents import Agent, AgentContext, AgentInfraError, HistoryStep, Observation, Usage
+from .agents.secrets import redact
 from .cases import RecoveryCase, load_png
 from .envs import ActionFailed, EnvError, Environment, harness_fault
 from .evaluators import LATE_WRITES, Evaluation, evaluate
@@ -415,7 +416,7 @@ def _brief(exc: BaseException) -> str:
 
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    return redact(f"{type(exc).__name__}: {exc}{where}")
 
 
 def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) -> RecoveryResult:
@@ -485,6 +486,8 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
         raise InfraError("agent", f"turn {turn_no}: act raised {_brief(exc)}", kind="agent-bug") from exc
     result.agent_turns = turn_no + 1
     result.usage.add(turn.usage)
+    # any agent's words, not only the built-in adapters' (which redact already): no key reaches a record
+    turn = replace(turn, rationale=redact(turn.rationale), invalid=None if turn.invalid is None else redact(turn.invalid))
     executed = 0
     invalid = turn.invalid
     if invalid is None:
