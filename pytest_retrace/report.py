@@ -67,6 +67,10 @@ def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = 
     if summary.get("n_ignored_reruns"):
         out += [(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict were ignored: a "
                  f"finished verdict is final within a run."), ""]
+    if summary.get("n_verified_by_determinism"):
+        out += [(f"{summary['n_verified_by_determinism']} finished test(s) of hidden-state cases declared "
+                 f"`verified_by: determinism`: their error state is confirmed by its recording only "
+                 f"(docs/cases.md)."), ""]
     out += _md_provenance(meta)
     out += ["## Recovery rate per model × strategy × budget", "", _md_table(table_rows(summary)), "",
             "rate = R_O ∧ R_TC on the finished tests; 95% CI: Wilson score interval, clustered by case where a "

@@ -325,7 +325,7 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     """Summarise records into a JSON-able dict, independent of record order.
 
     Returns ``{"groups", "domains", "kinds", "horizons", "n_records", "n_errors", "n_ignored_reruns",
-    "error_kinds"}`` where ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget),
+    "error_kinds", "n_verified_by_determinism"}`` where ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget),
     ``domains`` one per (model, strategy, budget, domain), ``kinds`` and ``horizons`` likewise per the case's
     kind and horizon, all sorted; ``n_records``/``n_errors`` count the records left after duplicate nodeids
     are resolved (see ``_dedupe``), ``n_ignored_reruns`` the records that tried to replace a finished verdict.
@@ -358,6 +358,10 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
         "n_errors": len(errors),
         "n_ignored_reruns": ignored,  # later records of tests that already had a finished verdict
         "error_kinds": dict(sorted(kinds.items())),
+        # finished tests of hidden-state cases whose s_error nothing at replay confirms (verified_by:
+        # determinism): a perturbation that silently stopped working would show as a recovery, not a desync
+        "n_verified_by_determinism": sum(r.error_state_verified_by == "determinism" for r in unique
+                                         if not r.is_error),
     }
 
 

@@ -20,6 +20,7 @@ from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.probes import FileGetter, digest
 from pytest_retrace.records import Record
 from pytest_retrace.replay import ReplayOptions, run_case
+from pytest_retrace.stats import summarize
 
 pytestmark = pytest.mark.desktop
 
@@ -137,3 +138,8 @@ def test_a_case_verified_by_determinism_only_is_recovered_by_the_oracle_not_by_n
     assert (oracle.r_o, oracle.r_tc, oracle.recovered) == (True, True, True)
     assert (noop.r_o, noop.r_tc, noop.recovered) == (True, False, False)
     assert oracle.probes == {} and noop.probes == {}
+    # the record and the summary say which of its tests rest on the recording alone
+    records = [Record.of_result(r, nodeid=f"n{i}", case=case, model=m, strategy="explicit-none", budget=2)
+               for i, (r, m) in enumerate(((oracle, "oracle"), (noop, "noop")))]
+    assert {r.error_state_verified_by for r in records} == {"determinism"}
+    assert summarize(records)["n_verified_by_determinism"] == 2
