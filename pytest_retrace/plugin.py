@@ -698,6 +698,7 @@ class _Controller:
         summary = self.session.finish({
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
+            "sample": settings.sample,  # --retrace-sample K: the first K cases of every app x kind only
             "collection_errors": len(self.case_file_errors),
             "case_file_errors": [{"file": e.file, "error": e.error} for e in self.case_file_errors.values()],
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
