@@ -158,7 +158,9 @@ def test_a_tests_duration_covers_its_replay(allure_run: tuple[Path, Path]) -> No
         assert steps, t["name"]
         assert t["start"] <= steps[0]["start"] and steps[-1]["stop"] <= t["stop"], t["name"]
     noop = _noop_failed(results)
-    assert noop["stop"] - noop["start"] >= 5000, "the noop's evaluator alone is retried for 5 s"
+    # a noop replay (reset, prefix, perturbation, two checks, suffix, evaluator) takes seconds; allure-pytest's
+    # own clock gave the assertion alone (165-194 ms measured)
+    assert noop["stop"] - noop["start"] >= 2000, "the replay's time belongs to the test"
 
 
 def test_screenshots_and_outputs_are_in_their_stages_steps(allure_run: tuple[Path, Path]) -> None:
@@ -241,7 +243,7 @@ def test_the_generator_turns_the_results_into_html_with_the_screenshots(allure_r
         r_o = next(s for name, s in steps.items() if name.startswith("R_O"))
         assert {a["name"] for a in r_o["attachments"]} == {"recovered", "SSIM heatmap (red: low SSIM to the target)"}
         assert [a["name"] for a in steps["verify s_target"]["attachments"]] == ["target (s_target)"]
-        assert case["time"]["duration"] >= 5000, case["time"]  # the replay's time is the test's
+        assert case["time"]["duration"] >= 2000, case["time"]  # the replay's time is the test's
     # the generator groups a category's tests by message
     categories = {c["name"]: {t["name"] for group in c["children"] for t in group["children"]}
                   for c in json.loads((html / "data" / "categories.json").read_text())["children"]}

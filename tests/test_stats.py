@@ -287,7 +287,7 @@ def test_group_stats_to_dict() -> None:
 def test_empty() -> None:
     s = summarize([])
     assert s == {"groups": [], "domains": [], "kinds": [], "horizons": [], "n_records": 0, "n_errors": 0,
-                 "error_kinds": {}, "n_ignored_reruns": 0}
+                 "error_kinds": {}, "n_ignored_reruns": 0, "n_verified_by_determinism": 0}
     assert format_table(s).split() == [
         "model",
         "strategy",
