@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pytest_retrace.actions import Action, ActionError
 from pytest_retrace.agents import AgentContext, ModelConfig, create_agent
 
-from .conftest import REPO
+from .helpers import REPO
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from pytest_retrace.testing import (
     text_block,
 )
 
-from .conftest import REPO
+from .helpers import REPO
 
 CASE = load_case(REPO / "tests" / "data" / "v1-cases" / "text-editor" / "append-line-t1-stray-keys.yaml")  # one ctrl+z recovers it
 FAST = {"initial_backoff": 0.05, "max_backoff": 0.2}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import REPO
+from .helpers import REPO
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.desktop

@@ -23,7 +23,7 @@ from pytest_retrace.baseline import (
 )
 from pytest_retrace.records import Failure, Record
 
-from .conftest import records, summary
+from .helpers import records, summary
 
 pytest_plugins = ["pytester"]
 

@@ -22,7 +22,7 @@ from pytest_retrace.envs.sandbox import available
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.replay import ReplayOptions, run_case
 
-from .conftest import REPO
+from .helpers import REPO
 
 pytestmark = [pytest.mark.desktop,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]

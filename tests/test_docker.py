@@ -26,7 +26,7 @@ from pytest_retrace.envs.docker import LABEL, NETWORKS, DockerEnvironment
 from pytest_retrace.settle import SettleConfig
 from pytest_retrace.setup_steps import FileStep, LaunchStep
 
-from .conftest import REPO, docker_client
+from .helpers import REPO, docker_client
 
 SIZE = (640, 480)
 FAST = SettleConfig(timeout=5.0, quiet=0.2, interval=0.03)

@@ -14,7 +14,7 @@ from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.desktop import DESKTOP_MENU
 from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
 
-from .conftest import retrace_processes
+from .helpers import retrace_processes
 
 _TRUE = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
 

@@ -13,7 +13,7 @@ import pytest
 from pytest_retrace.envs import PROVIDERS, environment_factory, register_environment
 from pytest_retrace.envs.config import EnvConfigError, load_env_config
 
-from .conftest import REPO
+from .helpers import REPO
 
 pytest_plugins = ["pytester"]
 

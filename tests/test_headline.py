@@ -12,7 +12,7 @@ import yaml
 
 from pytest_retrace.testing import LoopbackServer, UndoingClaude
 
-from .conftest import REPO, records, summary
+from .helpers import REPO, records, summary
 
 pytest_plugins = ["pytester"]
 # two cases of the first suite (one ctrl+z recovers the first), kept as test data

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import assert_no_leftovers, groups, records, summary
+from .helpers import assert_no_leftovers, groups, records, summary
 
 pytest_plugins = ["pytester"]
 

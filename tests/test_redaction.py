@@ -27,7 +27,7 @@ from pytest_retrace.agents.secrets import PLACEHOLDER, RedactedError, redact, re
 from pytest_retrace.agents.transport import CallStats, Transport, TransportOptions
 from pytest_retrace.testing.loopback import EchoingCredentials, LoopbackServer
 
-from .conftest import REPO, records
+from .helpers import REPO, records
 
 pytest_plugins = ["pytester"]
 

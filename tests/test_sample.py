@@ -10,7 +10,7 @@ from collections import Counter
 from pytest_retrace.cases import load_case
 from pytest_retrace.sample import pick, stratum
 
-from .conftest import REPO
+from .helpers import REPO
 
 SUITE = {c.id: c for c in (load_case(p) for p in sorted((REPO / "cases").rglob("*.yaml"))
                            if p.name != "calibration.json")}

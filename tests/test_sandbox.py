@@ -28,7 +28,7 @@ from pytest_retrace.envs.sandbox import NPROC_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 from pytest_retrace.evaluators import evaluate
 
-from .conftest import REPO
+from .helpers import REPO
 
 pytestmark = [pytest.mark.desktop,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from .conftest import REPO, groups, records, summary
+from .helpers import REPO, groups, records, summary
 
 pytest_plugins = ["pytester"]
 

@@ -1,0 +1,72 @@
+"""Shared helpers for the project's own tests, imported as `from .helpers import ...`: conftest.py keeps only
+fixtures and hooks, and a test module that imported conftest as a module would depend on pytest's rootdir
+and import mode to find it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_retrace.envs.procfs import read_environ
+
+REPO = Path(__file__).resolve().parent.parent
+_TAG = re.compile(rb"RETRACE_(?:ENV|TASK)=([^\0]*)")
+
+
+def retrace_processes(prefix: str) -> dict[int, str]:
+    """Live processes started by a retrace environment whose root lies under `prefix` (pid -> cmdline).
+
+    Every process an environment starts carries RETRACE_ENV (the desktop) or RETRACE_TASK (its tasks) =<its root dir>, so this
+    finds leaks of one particular run even while other test workers run desktops of their own."""
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        # not a bare read (empty while a process execs); a zombie has none: it holds no resources
+        environ = read_environ(int(entry.name))
+        for match in _TAG.finditer(environ):
+            if match.group(1).decode(errors="replace").startswith(prefix):
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found[int(entry.name)] = cmd
+                break
+    return found
+
+
+def summary(p: pytest.Pytester, run: str) -> dict:
+    return json.loads((p.path / "reports" / run / "summary.json").read_text())
+
+
+def records(p: pytest.Pytester, run: str) -> list[dict]:
+    return [json.loads(line) for line in (p.path / "reports" / run / "results.jsonl").read_text().splitlines()]
+
+
+def groups(s: dict) -> dict[str, dict]:
+    return {g["model"]: g for g in s["groups"]}
+
+
+def assert_no_leftovers(p: pytest.Pytester) -> None:
+    tmp = str(p._retrace_tmp)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while (left := retrace_processes(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == {}, f"processes outlived the session: {left}"
+
+
+def docker_client():
+    """A docker engine's client, or None where there is none (no SDK, no engine, no permission). Under CI
+    (RETRACE_REQUIRE_DOCKER=1) a missing engine fails the test instead: the docker tests must run there."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        return client
+    except Exception as exc:  # noqa: BLE001 - every way of not having docker here
+        if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
+        return None
