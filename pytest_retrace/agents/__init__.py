@@ -4,7 +4,8 @@ Lifecycle per case: ``start(context)`` → ``act(observation)`` until the budget
 → ``close()`` once per session. Providers: the scripted baselines (no key; they calibrate the benchmark),
 ``anthropic`` (Claude computer use), ``openai`` (Responses API computer use) and ``openai-compat`` (any
 OpenAI-compatible chat endpoint: UI-TARS, Qwen, EvoCUA-style pyautogui code). A third party adds one with
-:func:`register_agent` or an entry point in the ``pytest_retrace.agents`` group.
+:func:`register_agent` or an entry point in the ``pytest_retrace.agents`` group, and a chat model (contextualizer,
+verifier) with :func:`register_chat` or the ``pytest_retrace.chat_models`` group (pytest_retrace.registry).
 
 Who is to blame decides validity: an :class:`AgentInfraError` (the API unreachable after retries, a rejected
 key) is an infrastructure error, excluded from every rate. Anything else the agent does — a reply that does
@@ -14,10 +15,8 @@ scored, so an agent can never change its own n.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -25,8 +24,10 @@ import numpy as np
 import yaml
 
 from ..actions import Action
+from ..registry import Registry, RegistryError, UnknownName
 
 ENTRY_POINT_GROUP = "pytest_retrace.agents"
+CHAT_ENTRY_POINT_GROUP = "pytest_retrace.chat_models"
 Mode = Literal["forward", "recovery", "perturbation"]
 
 
@@ -161,9 +162,9 @@ class ModelConfig:
         return str(self.path or self.name)
 
 
-# name -> "module:attribute" of a factory taking the ModelConfig, imported lazily so `pytest --help` never
-# pays for an SDK import.
-PROVIDERS: dict[str, Any] = {
+# name -> a factory taking the ModelConfig, or the "module:attribute" of one, imported lazily so `pytest --help`
+# never pays for an SDK import (pytest_retrace.registry).
+AGENTS: Registry[Callable[..., Agent]] = Registry("agent provider", ENTRY_POINT_GROUP, {
     "noop": "pytest_retrace.agents.baselines:NoopAgent",
     "undo": "pytest_retrace.agents.baselines:UndoAgent",
     "oracle": "pytest_retrace.agents.baselines:OracleAgent",
@@ -171,35 +172,34 @@ PROVIDERS: dict[str, Any] = {
     "anthropic": "pytest_retrace.agents.anthropic:AnthropicAgent",
     "openai": "pytest_retrace.agents.openai:OpenAIAgent",
     "openai-compat": "pytest_retrace.agents.openai_compat:CompatAgent",
-}
-CHAT_PROVIDERS: dict[str, Any] = {
+})
+CHATS: Registry[Callable[..., ChatModel]] = Registry("chat provider", CHAT_ENTRY_POINT_GROUP, {
     "anthropic": "pytest_retrace.agents.anthropic:AnthropicChat",
     "openai": "pytest_retrace.agents.openai:OpenAIChat",
     "openai-compat": "pytest_retrace.agents.openai_compat:CompatChat",
-}
+})
+# The same dicts as the registries' own: code that registers or pops through them keeps working.
+PROVIDERS = AGENTS.targets
+CHAT_PROVIDERS = CHATS.targets
 
 
 def register_agent(name: str, target: str | Callable[..., Agent]) -> None:
-    PROVIDERS[name] = target
+    AGENTS.register(name, target)
 
 
 def register_chat(name: str, target: str | Callable[..., ChatModel]) -> None:
-    CHAT_PROVIDERS[name] = target
+    CHATS.register(name, target)
 
 
-def _lookup(registry: dict[str, Any], provider: str, what: str, where: str) -> Any:
-    target = registry.get(provider)
-    if target is None:
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name == provider and what == "agent":
-                target = registry[provider] = ep.value
-    if target is None:
-        known = ", ".join(sorted(registry))
-        raise AgentConfigError(f"{where}: provider: {provider!r} has no {what} implementation (known: {known})")
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    return target
+def _lookup(registry: Registry[Any], provider: str, what: str, where: str) -> Any:
+    try:
+        return registry.get(provider)
+    except UnknownName as exc:
+        known = ", ".join(exc.known)
+        raise AgentConfigError(
+            f"{where}: provider: {provider!r} has no {what} implementation (known: {known})") from None
+    except RegistryError as exc:
+        raise AgentConfigError(f"{where}: provider: {exc}") from exc.__cause__
 
 
 STRATEGY_NAMES = ("implicit", "explicit-0E", "explicit-0R", "explicit-none", "explicit-context")
@@ -242,7 +242,8 @@ def _read_config(path: Path) -> dict[str, Any]:
 def _parse_config(name: str, path: Path, raw: dict[str, Any]) -> ModelConfig:
     provider = raw.get("provider")
     if not isinstance(provider, str) or not provider:
-        raise AgentConfigError(f"{path}: provider: a provider name is required (one of {', '.join(PROVIDERS)})")
+        raise AgentConfigError(
+            f"{path}: provider: a provider name is required (one of {', '.join(AGENTS.names())})")
     strategies = raw.get("strategy", "implicit")
     strategies = [strategies] if isinstance(strategies, str) else strategies
     if not isinstance(strategies, list) or not strategies:
@@ -280,7 +281,7 @@ def parse_options(schema: type[Any], config: ModelConfig) -> Any:
 
 def agent_factory(config: ModelConfig) -> Any:
     """The provider's factory (its class, usually), imported but not called: what a dry run may inspect."""
-    return _lookup(PROVIDERS, config.provider, "agent", config.where)
+    return _lookup(AGENTS, config.provider, "agent", config.where)
 
 
 def create_agent(config: ModelConfig) -> Agent:
@@ -290,7 +291,7 @@ def create_agent(config: ModelConfig) -> Agent:
 
 
 def create_chat(config: ModelConfig) -> ChatModel:
-    return _construct(_lookup(CHAT_PROVIDERS, config.provider, "chat", config.where), config)
+    return _construct(_lookup(CHATS, config.provider, "chat", config.where), config)
 
 
 __all__ = [

@@ -14,12 +14,13 @@ from ``--retrace-env-option KEY=VALUE`` or an ``envs/NAME.yaml`` config (envs/co
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,34 +140,33 @@ def harness_fault(env: Environment) -> str | None:
     return check()
 
 
-# name -> "module:attribute" of a factory; imported lazily.
-PROVIDERS: dict[str, Any] = {
+def _installed(group: str) -> Iterable[EntryPoint]:
+    # Looked up through this module's own name at each call, so a test can stand in for the installed
+    # distributions by patching ``envs.entry_points``.
+    return entry_points(group=group)
+
+
+# name -> a factory or the "module:attribute" of one, imported lazily (pytest_retrace.registry).
+ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment provider", ENTRY_POINT_GROUP, {
     "xvfb": "pytest_retrace.envs.xvfb:XvfbEnvironment",
     "remote": "pytest_retrace.envs.remote:RemoteEnvironment",
     "docker": "pytest_retrace.envs.docker:DockerEnvironment",
-}
+}, entry_points=_installed)
+PROVIDERS = ENVIRONMENTS.targets  # the same dict: code that registers or pops through it keeps working
 
 
 def register_environment(name: str, target: str | Callable[..., Environment]) -> None:
-    PROVIDERS[name] = target
+    ENVIRONMENTS.register(name, target)
 
 
 def provider_names() -> list[str]:
-    return sorted({*PROVIDERS, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+    return ENVIRONMENTS.names()
 
 
 def environment_factory(name: str) -> Callable[..., Environment]:
-    target = PROVIDERS.get(name)
-    if target is None:
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name == name:
-                target = PROVIDERS[name] = ep.value
-    if target is None:
-        raise ValueError(f"unknown environment provider {name!r}; known: {', '.join(provider_names())}")
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    return target
+    """The provider's factory; an unknown name or a broken entry point is a ValueError (RegistryError) that
+    names the provider and the known ones."""
+    return ENVIRONMENTS.get(name)
 
 
 def create_environment(name: str, **options: Any) -> Environment:
