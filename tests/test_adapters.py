@@ -34,6 +34,9 @@ from pytest_retrace.testing import (
 
 from .helpers import REPO
 
+# every test here replays a built-in case on a real Xvfb desktop through a model adapter
+pytestmark = pytest.mark.desktop
+
 CASE = load_case(REPO / "tests" / "data" / "v1-cases" / "text-editor" / "append-line-t1-stray-keys.yaml")  # one ctrl+z recovers it
 FAST = {"initial_backoff": 0.05, "max_backoff": 0.2}
 

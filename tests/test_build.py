@@ -51,6 +51,7 @@ def test_scripted_rollouts_are_normalised_or_dropped_with_a_reason(tmp_path: Pat
     assert isinstance(evil, Dropped) and "not allowed" in evil.reason
 
 
+@pytest.mark.desktop
 def test_agent_rollout_through_the_agent_protocol(env: XvfbEnvironment, tmp_path: Path) -> None:
     task = Task.model_validate(TASK)
     traj = rollout_agent(env, task, ScriptAgent.of(GOOD), tmp_path, shots_dir=tmp_path / "shots")
@@ -61,6 +62,7 @@ def test_agent_rollout_through_the_agent_protocol(env: XvfbEnvironment, tmp_path
     assert isinstance(failed, Dropped) and "unsuccessful rollout" in failed.reason
 
 
+@pytest.mark.desktop
 def test_pipeline_builds_verified_cases_and_resumes(env: XvfbEnvironment, tmp_path: Path) -> None:
     rollouts = tmp_path / "rollouts"
     rollouts.mkdir()
@@ -121,6 +123,7 @@ def test_pipeline_builds_verified_cases_and_resumes(env: XvfbEnvironment, tmp_pa
             for p in (tmp_path / "cases").rglob("*.yaml")} == kinds
 
 
+@pytest.mark.desktop
 def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: Path) -> None:
     rollouts = tmp_path / "rollouts"
     rollouts.mkdir()
@@ -138,6 +141,7 @@ def test_agent_rollouts_join_the_rollouts_stage(env: XvfbEnvironment, tmp_path: 
     assert "agent:noop:mini-files: unsuccessful rollout" in text
 
 
+@pytest.mark.desktop
 def test_a_perturbation_agent_makes_mistakes_that_are_verified_like_the_catalogue(env: XvfbEnvironment,
                                                                                   tmp_path: Path) -> None:
     """The paper's perturbation agent: any model config, prompted to make a mistake within d actions from

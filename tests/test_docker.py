@@ -90,6 +90,7 @@ def test_options_are_checked_before_anything_starts() -> None:
     assert env.memory == 2 << 30 and env.hosts == ["unix:///var/run/docker.sock", "tcp://h:2376"]
 
 
+@pytest.mark.desktop
 def test_each_case_gets_a_fresh_container(env: DockerEnvironment, client, tmp_path: Path) -> None:
     (tmp_path / "seed.txt").write_text("from a file\n")
     task = Task("t", [FileStep(type="file", path="~/task/seed.txt", src="seed.txt"), LaunchStep(type="launch", command=TERM, window="docker-term")])
@@ -116,6 +117,7 @@ def test_each_case_gets_a_fresh_container(env: DockerEnvironment, client, tmp_pa
     assert "keycode  38 = a A" in env.run("xmodmap -pke").stdout
 
 
+@pytest.mark.desktop
 def test_the_spare_is_a_fresh_container_too(client, tmp_path: Path) -> None:
     env = DockerEnvironment(size=SIZE, settle=FAST, spare=True)
     env.start()
@@ -131,6 +133,7 @@ def test_the_spare_is_a_fresh_container_too(client, tmp_path: Path) -> None:
         env.close()
 
 
+@pytest.mark.desktop
 def test_the_agent_cannot_end_its_own_desktop(env: DockerEnvironment, tmp_path: Path) -> None:
     """Everything of the task runs as `user`; the guest server and the X server are root's, so an agent that
     kills all it can still has a desktop (its case fails, it does not become an infrastructure error)."""
@@ -147,6 +150,7 @@ def test_the_agent_cannot_end_its_own_desktop(env: DockerEnvironment, tmp_path: 
         env.execute(Action("click", x=SIZE[0] + 5, y=10))
 
 
+@pytest.mark.desktop
 def test_limits_labels_and_no_network(env: DockerEnvironment, client, tmp_path: Path) -> None:
     env.reset(Task("t"), tmp_path)
     info = client.api.inspect_container(env.container_id)
@@ -170,6 +174,7 @@ def _owned_by(client, pid: int) -> list:
             if c.labels.get(f"{LABEL}.owner", "").endswith(f":{pid}")]
 
 
+@pytest.mark.desktop
 def test_close_removes_the_container_and_the_spare(client, tmp_path: Path) -> None:
     env = DockerEnvironment(size=SIZE, settle=FAST, spare=True)
     env.start()
@@ -197,6 +202,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.desktop
 def test_a_killed_worker_leaves_no_container(client) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -213,6 +219,7 @@ def test_a_killed_worker_leaves_no_container(client) -> None:
     assert all(_gone(client, c.id) for c in mine), "a SIGKILLed owner's containers are still there"
 
 
+@pytest.mark.desktop
 def test_leftovers_of_dead_owners_are_removed_at_start(client) -> None:
     import socket
 
@@ -298,6 +305,7 @@ class _EngineOverTcp:
         self.server.close()
 
 
+@pytest.mark.desktop
 def test_engines_from_a_list_docker_host_and_a_remote_engine(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proxy = _EngineOverTcp()
     hosts = f"unix:///var/run/docker.sock,tcp://127.0.0.1:{proxy.port}"
@@ -338,6 +346,7 @@ def test_engines_from_a_list_docker_host_and_a_remote_engine(client, tmp_path: P
         proxy.close()
 
 
+@pytest.mark.desktop
 def test_the_remote_provider_on_a_pool_of_two_guests_under_xdist(client, tmp_path: Path) -> None:
     """`-n 2` through the plugin, the remote provider against two guests on loopback (desktop-image containers
     publishing `retrace guest` on 127.0.0.1, each with a token), reset by the pool's own `host:` command that
@@ -384,6 +393,7 @@ def test_the_remote_provider_on_a_pool_of_two_guests_under_xdist(client, tmp_pat
             subprocess.run(["docker", "rm", "-f", f"{prefix}-{i}"], capture_output=True, check=False)
 
 
+@pytest.mark.desktop
 def test_ctrl_c_leaves_no_container(client) -> None:
     """SIGINT (Ctrl-C) to a pytest run in the middle of a case: pytest's interrupted teardown and the
     container's stdin-once end remove it."""
@@ -408,6 +418,7 @@ def test_ctrl_c_leaves_no_container(client) -> None:
     assert all(_gone(client, c.id, timeout=20) for c in mine)
 
 
+@pytest.mark.desktop
 def test_retrace_build_on_docker_from_osworld_results(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An OSWorld results directory (traj.jsonl, step screenshots, result.txt) with its task's config
     (upload_file, launch, activate_window) and evaluator, through `retrace build --env docker`, end to end."""

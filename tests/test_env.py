@@ -16,6 +16,9 @@ from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
 
 from .helpers import retrace_processes
 
+# every test here drives the module's real Xvfb desktop (or starts desktops of its own)
+pytestmark = pytest.mark.desktop
+
 _TRUE = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
 
 

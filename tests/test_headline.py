@@ -14,6 +14,9 @@ from pytest_retrace.testing import LoopbackServer, UndoingClaude
 
 from .helpers import REPO, records, summary
 
+# both tests run the plugin on real desktops in a pytester subprocess
+pytestmark = pytest.mark.desktop
+
 pytest_plugins = ["pytester"]
 # two cases of the first suite (one ctrl+z recovers the first), kept as test data
 V1 = REPO / "tests" / "data" / "v1-cases" / "text-editor"

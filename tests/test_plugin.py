@@ -20,6 +20,7 @@ from .helpers import assert_no_leftovers, groups, records, summary
 pytest_plugins = ["pytester"]
 
 
+@pytest.mark.desktop
 def test_calibration_and_identical_summaries_with_and_without_xdist(project: pytest.Pytester) -> None:
     serial = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-run=n0", "-p", "no:randomly")
     serial.assert_outcomes(passed=6, failed=6)
@@ -44,6 +45,7 @@ def test_calibration_and_identical_summaries_with_and_without_xdist(project: pyt
     assert all(r["timings"]["total"] > 0 and r["actions"] for r in recs)
 
 
+@pytest.mark.desktop
 def test_failure_message_says_what_failed(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("--retrace-model=noop", "-k", "typo-short")
     res.assert_outcomes(failed=1)
@@ -59,6 +61,7 @@ def test_failure_message_says_what_failed(project: pytest.Pytester) -> None:
     assert artifacts, "a failed recovery keeps its recovered screenshot and diff"
 
 
+@pytest.mark.desktop
 def test_k_x_v_and_lf_behave_as_in_pytest(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("--retrace-model=oracle,noop", "-k", "typo or wrong-cell", "-v")
     res.assert_outcomes(passed=2, failed=2)
@@ -71,6 +74,7 @@ def test_k_x_v_and_lf_behave_as_in_pytest(project: pytest.Pytester) -> None:
     assert_no_leftovers(project)
 
 
+@pytest.mark.desktop
 def test_infrastructure_failures_are_errors_excluded_from_rates(project: pytest.Pytester) -> None:
     cases = project.path / "cases" / "mousepad"
     # a recorded target that the replay cannot reproduce: a replay desync, not an agent failure
@@ -89,6 +93,7 @@ def test_infrastructure_failures_are_errors_excluded_from_rates(project: pytest.
     assert kinds == {"typo-short": "desync", "overwrite-long": "env"}
 
 
+@pytest.mark.desktop
 def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_rest(project: pytest.Pytester) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--retrace-model=oracle,noop", "--retrace-run=cc",
@@ -125,6 +130,7 @@ def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_res
     res.stderr.fnmatch_lines(["*--retrace-resume: *no-such-run holds no results.jsonl: nothing to resume*"])
 
 
+@pytest.mark.desktop
 def test_own_hooks_receive_every_record_and_the_summary(project: pytest.Pytester) -> None:
     project.makeconftest('''
 import json
@@ -317,6 +323,7 @@ def test_dry_run_counts_only_the_selected_tests(project: pytest.Pytester, monkey
     assert typo in listed and wrong in listed and "2 test(s); at most 16 model calls in all" in listed, out
 
 
+@pytest.mark.desktop
 def test_repeated_runs_are_recorded_with_their_index_and_summarised(project: pytest.Pytester) -> None:
     res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-runs=2", "-k", "typo-short",
                                        "--retrace-run=k2", "-p", "no:cacheprovider")
@@ -384,6 +391,7 @@ def _in_a_terminal(argv: list[str], cwd: Path, timeout: float = 300) -> tuple[in
     return proc.wait(timeout=30), out.decode(errors="replace")
 
 
+@pytest.mark.desktop
 def test_retrace_run_prints_a_line_per_test_and_a_live_progress_line(project: pytest.Pytester) -> None:
     """Under xdist, at a terminal: one line per test with its verdict (pytest's own lines, two per test with
     -v under xdist, are gone), a live line naming case, model and stage while tests run, no traceback."""
@@ -419,6 +427,7 @@ def test_retrace_run_prints_a_line_per_test_and_a_live_progress_line(project: py
             assert len(image.convert("RGB").getcolors(1 << 20) or []) > 2, name
 
 
+@pytest.mark.desktop
 def test_retrace_run_measures_and_the_gate_decides(project: pytest.Pytester) -> None:
     """`retrace run` exits 0 on a completed run whatever the agents scored; with a gate option the gate
     decides, under plain pytest as well."""
@@ -445,6 +454,7 @@ def test_retrace_run_measures_and_the_gate_decides(project: pytest.Pytester) -> 
     res.stderr.fnmatch_lines(["*--retrace-fail-under: a share in 0..1, got 50*"])
 
 
+@pytest.mark.desktop
 def test_a_planted_regression_against_a_saved_baseline_fails_the_gate(project: pytest.Pytester) -> None:
     """Two real runs of one model config: the oracle's verdicts saved as baseline, then the same name backed
     by noop (6 of 6 shared cases lost: McNemar p = 0.03) fails; the same agent again passes."""

@@ -108,6 +108,7 @@ def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) 
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.desktop
 def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import types

@@ -59,6 +59,7 @@ def agent(p: pytest.Pytester, name: str, provider: str = "script", **options: ob
     (p.path / "agents" / f"{name}.yaml").write_text(yaml.safe_dump({"provider": provider, "options": options}))
 
 
+@pytest.mark.desktop
 def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project: pytest.Pytester) -> None:
     """A reply over the caps (scroll(100000) once hit xdotool's 60 s timeout and became an infrastructure
     error) and an action the desktop refuses are the agent's failures. An exception from agent code is a
@@ -90,6 +91,7 @@ def test_the_agents_own_failures_are_failed_recoveries_that_keep_their_n(project
                               "*1 invalid repl(ies)*", "*1 action(s) the desktop could not complete*"])
 
 
+@pytest.mark.desktop
 def test_budgets_are_test_parameters_and_count_actions_not_turns(project: pytest.Pytester) -> None:
     # one turn of three key presses: at r=1 two are cut, at r=2 one, at r=3 none
     agent(project, "triple", actions=["pyautogui.press('a')\npyautogui.press('b')\npyautogui.press('c')"])
@@ -110,6 +112,7 @@ def add_builtin_case(p: pytest.Pytester, domain: str, case: str) -> None:
     shutil.copytree(src / case, p.path / "cases" / "mousepad" / case)
 
 
+@pytest.mark.desktop
 def test_strategies_are_test_parameters_and_one_undo_recovers(project: pytest.Pytester) -> None:
     add_builtin_case(project, "text-editor", "append-line-t1-stray-keys")  # one ctrl+z undoes its stray "zq"
     agent(project, "undo-once", actions=["pyautogui.hotkey('ctrl', 'z')"])
@@ -123,6 +126,7 @@ def test_strategies_are_test_parameters_and_one_undo_recovers(project: pytest.Py
                    f"{case}-implicit-r3]"]
 
 
+@pytest.mark.desktop
 def test_each_strategy_gets_its_context_and_no_agent_learns_where_the_target_was(
         project: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     project.makeconftest(PROBE)

@@ -246,6 +246,7 @@ def lo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @needs_soffice
 @pytest.mark.parametrize("fmt", ["ods", "xlsx"])
+@pytest.mark.desktop
 def test_libreoffice_formula_cells_read_as_their_values(home: Path, lo_files: dict[str, Path], fmt: str) -> None:
     shutil.copy(lo_files[fmt], home / f"book.{fmt}")
     env = FilesEnv(home)
@@ -260,6 +261,7 @@ def test_libreoffice_formula_cells_read_as_their_values(home: Path, lo_files: di
 
 
 @needs_soffice
+@pytest.mark.desktop
 def test_ods_is_recognised_by_extension(home: Path, lo_files: dict[str, Path]) -> None:
     assert resolve_format(None, "~/x.ODS") == "ods"
     shutil.copy(lo_files["ods"], home / "data.bin")
@@ -267,6 +269,7 @@ def test_ods_is_recognised_by_extension(home: Path, lo_files: dict[str, Path]) -
 
 
 @needs_soffice
+@pytest.mark.desktop
 def test_corrupt_ods_is_a_failed_check(home: Path, lo_files: dict[str, Path]) -> None:
     data = lo_files["ods"].read_bytes()
     (home / "cut.ods").write_bytes(data[: len(data) // 2])
