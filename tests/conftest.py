@@ -40,3 +40,11 @@ def project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("TMPDIR", str(tmp))
     pytester._retrace_tmp = tmp  # type: ignore[attr-defined]
     return pytester
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A calibration test runs the built-in suite on 16 desktops, so it is a desktop test too: `-m "not desktop"`
+    alone is then the unit suite (marked here, at collection and before -m selects, so that no module has to
+    remember both markers)."""
+    if item.get_closest_marker("calibration") is not None:
+        item.add_marker(pytest.mark.desktop)
