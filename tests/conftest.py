@@ -15,8 +15,7 @@ settings.load_profile("retrace")
 
 from pytest_retrace.envs.xvfb import XvfbEnvironment
 
-# docker_client is re-exported: tests/test_suite.py still imports it from here.
-from .helpers import REPO, docker_client  # noqa: F401
+from .helpers import REPO
 
 
 @pytest.fixture(scope="module")

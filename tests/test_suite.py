@@ -35,7 +35,7 @@ from pytest_retrace.cases import load_case
 from pytest_retrace.sample import app, pick
 
 from . import suite_calibration as calibration
-from .conftest import docker_client
+from .helpers import docker_client
 from .suite_calibration import MODELS, run_suite
 
 FILES = calibration.case_files()

@@ -7,8 +7,8 @@ the agent under test is untrusted:
   ``xprop`` that polls for the window manager could be that client, and a connection that arrives
   during the reset fails: openbox then exited with "Failed to open the display" (measured: 13 of
   360 starts with 3 desktops starting at once).
-- Every app and shell of a task runs in the task's sandbox (``sandbox.py``): its own PID, mount and
-  network namespaces, an unprivileged user, ``/home/user`` and ``/tmp`` private to the task. Window titles
+- Every app and shell of a task runs in the task's sandbox (``sandbox.py``): its own PID, mount, network,
+  UTS and cgroup namespaces, the IPC namespace of its own X server (new at every reset), an unprivileged user, ``/home/user`` and ``/tmp`` private to the task. Window titles
   and file dialogs therefore show the same paths in every worker, and reset ends every process of the task
   by ending its namespace.
 - Xvfb and the window manager die with the worker even on SIGKILL (PR_SET_PDEATHSIG), and so does the
