@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_retrace.actions import Action
 from pytest_retrace.agents import create_agent, load_model_config
-from pytest_retrace.cases import RecoveryCase, load_case
 from pytest_retrace.envs import Environment, create_environment
-from pytest_retrace.envs.docker import GUEST_PYTHON
-from pytest_retrace.replay import RecoveryResult, ReplayOptions, run_case
-from pytest_retrace.settle import SettleConfig
+from pytest_retrace.envs.docker.environment import GUEST_PYTHON
+from pytest_retrace.replay.cases import RecoveryCase, load_case
+from pytest_retrace.replay.run import RecoveryResult, ReplayOptions, run_case
+from pytest_retrace.screen.settle import SettleConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PROVIDERS = ("xvfb", "docker")
@@ -89,7 +89,7 @@ def image_cached() -> bool | None:
         import docker
         import docker.errors
 
-        from pytest_retrace.envs.image import desktop_tag
+        from pytest_retrace.envs.docker.image import desktop_tag
 
         client = docker.from_env()
         try:

@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_retrace.actions import Action  # noqa: E402
-from pytest_retrace.cases import Task, load_case  # noqa: E402
-from pytest_retrace.envs.xvfb import XvfbEnvironment  # noqa: E402
-from pytest_retrace.similarity import differing_pixels, ssim  # noqa: E402
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment  # noqa: E402
+from pytest_retrace.replay.cases import Task, load_case  # noqa: E402
+from pytest_retrace.screen.similarity import differing_pixels, ssim  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 EMPTY = Task.model_validate({"id": "empty", "instruction": "-", "domain": "bench", "evaluator": {

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from .envs.config import EnvConfig
+    from pytest_retrace.envs.config import EnvConfig
 
 
 class _Outcome:
@@ -41,7 +41,7 @@ def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     outcome = _Outcome()
     status = _measure(args, extra, outcome)
     if outcome.run_dir is not None:  # summary.json's exitstatus is the process's, and this decides it
-        from .session import write_exitstatus
+        from pytest_retrace.results.session import write_exitstatus
 
         write_exitstatus(Path(outcome.run_dir), status)
     return status
@@ -77,7 +77,7 @@ def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> i
 def _joined(argv: list[str]) -> list[str]:
     """``--retrace-X VALUE`` as ``--retrace-X=VALUE``: pytest picks its rootdir before it knows the plugin's
     options, and would take VALUE for a test path (plugin._check_rootdir)."""
-    from .plugin import OPTIONS
+    from pytest_retrace.plugin import OPTIONS
 
     valued = {f"--retrace-{name}" for name in OPTIONS}
     out: list[str] = []
@@ -93,7 +93,7 @@ def _joined(argv: list[str]) -> list[str]:
 
 
 def _case_files(paths: list[str]) -> list[Path]:
-    from .cases import find_case_files
+    from pytest_retrace.replay.cases import find_case_files
 
     out: list[Path] = []
     for p in map(Path, paths or ["cases"]):
@@ -102,7 +102,7 @@ def _case_files(paths: list[str]) -> list[Path]:
 
 
 def _cmd_validate(args: argparse.Namespace, extra: list[str]) -> int:
-    from .cases import CaseError, load_case
+    from pytest_retrace.replay.cases import CaseError, load_case
 
     bad = 0
     files = _case_files(args.paths)
@@ -127,9 +127,9 @@ def _harness_files(paths: list[str]) -> list[Path]:
 
 
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
-    from .build.record import RecordError, record_case
-    from .cases import CaseError, load_case
-    from .envs import EnvError, Environment
+    from pytest_retrace.dataset.record import RecordError, record_case
+    from pytest_retrace.envs import EnvError, Environment
+    from pytest_retrace.replay.cases import CaseError, load_case
 
     env_config = _env_config(args)
     if env_config is None:
@@ -163,7 +163,7 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _env_config(args: argparse.Namespace) -> EnvConfig | None:
     """--env / --env-option, as pytest's --retrace-env / --retrace-env-option; None after printing why not."""
-    from .envs.config import EnvConfigError, load_env_config
+    from pytest_retrace.envs.config import EnvConfigError, load_env_config
 
     try:
         return load_env_config(args.env, [Path.cwd() / "envs"], args.env_option)
@@ -173,7 +173,7 @@ def _env_config(args: argparse.Namespace) -> EnvConfig | None:
 
 
 def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
-    from .build.pipeline import BuildConfig, Builder
+    from pytest_retrace.dataset.pipeline import BuildConfig, Builder
 
     cfg = BuildConfig(work=Path(args.work), out=Path(args.out), scripted=[Path(p) for p in args.scripted],
                       osworld=[Path(p) for p in args.osworld],
@@ -202,7 +202,7 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
     """Every OSWorld task JSON under the paths: supported, or exactly why not. Exit 0 when all are."""
-    from .build.osworld import check_task
+    from pytest_retrace.dataset.osworld import check_task
 
     files = sorted(f for p in map(Path, args.paths) for f in ([p] if p.is_file() else p.rglob("*.json")))
     if not files:
@@ -222,9 +222,9 @@ def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
-    from .records import RecordError
-    from .session import read_records
-    from .stats import format_table, summarize
+    from pytest_retrace.results.records import RecordError
+    from pytest_retrace.results.session import read_records
+    from pytest_retrace.results.stats import format_table, summarize
 
     try:
         records = [r for p in args.results for r in read_records(Path(p))]
@@ -242,7 +242,7 @@ def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from .report import ReportError, format_report, merge_runs, render_report
+    from pytest_retrace.results.report import ReportError, format_report, merge_runs, render_report
 
     try:
         merged = merge_runs(args.runs, report_dir=Path(args.report_dir))
@@ -254,7 +254,7 @@ def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         print(format_report(merged))
     if args.out:
-        from .plots import write_plots
+        from pytest_retrace.results.plots import write_plots
 
         out = Path(args.out)
         errors: list[str] = []
@@ -280,8 +280,8 @@ def _env_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_guest(args: argparse.Namespace, extra: list[str]) -> int:
     """The guest server (pytest_retrace/guest), in the foreground until SIGINT or SIGTERM."""
-    from .guest import GuestConfig, GuestError, serve
-    from .guest.server import read_token
+    from pytest_retrace.guest import GuestConfig, GuestError, serve
+    from pytest_retrace.guest.server import read_token
 
     try:
         token = read_token(args.token_env)
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
     bld.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
     bld.add_argument("--catalogue", metavar="FILE", help="the mistake catalogue (default: the shipped one, "
-                     "pytest_retrace/build/perturbations/); entries apply to the domains they name")
+                     "pytest_retrace/dataset/perturbations/); entries apply to the domains they name")
     bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")
     bld.add_argument("--out", default="cases", help="where the final case files are written (replaced)")
     bld.add_argument("--replays", type=int, default=3, help="N for transition-consistent filtering")

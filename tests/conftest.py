@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("retrace", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("retrace")
 
-from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 
 from .helpers import REPO
 

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_retrace import provenance
+from pytest_retrace.results import provenance
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_DIR = REPO / "cases"
@@ -64,7 +64,7 @@ def outcome(record: dict) -> dict:
 
 
 def snapshot(records: list[dict], seconds: float, workers: int) -> dict:
-    from pytest_retrace.cases import load_case
+    from pytest_retrace.replay.cases import load_case
 
     files = case_files()
     ids = {load_case(p).id: p for p in files}

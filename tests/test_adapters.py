@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pytest_retrace.agents import ModelConfig, create_agent
-from pytest_retrace.cases import load_case, load_png
-from pytest_retrace.envs.xvfb import XvfbEnvironment
-from pytest_retrace.replay import RecoveryResult, ReplayOptions, run_case
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import load_case, load_png
+from pytest_retrace.replay.run import RecoveryResult, ReplayOptions, run_case
 from pytest_retrace.testing import (
     LoopbackServer,
     Reply,
@@ -257,7 +257,7 @@ def test_the_state_verifier_accepts_a_state_that_is_not_pixel_identical_only_whe
     from pytest_retrace.agents import create_chat
     from pytest_retrace.agents.baselines import NoopAgent
     from pytest_retrace.agents.prompts import Prompts
-    from pytest_retrace.verifier import StateVerifier
+    from pytest_retrace.replay.verifier import StateVerifier
 
     src = REPO / "tests" / "data" / "v1-cases" / "text-editor"
     shutil.copy(src / f"{CASE.id}.yaml", tmp_path)

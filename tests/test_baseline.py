@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_retrace.baseline import (
+from pytest_retrace.results.baseline import (
     ALPHA,
     compare,
     errored,
@@ -21,7 +21,7 @@ from pytest_retrace.baseline import (
     smallest_p,
     verdicts,
 )
-from pytest_retrace.records import Failure, Record
+from pytest_retrace.results.records import Failure, Record
 
 from .helpers import records, summary
 
@@ -196,7 +196,7 @@ def test_a_case_file_that_does_not_load_is_named_with_its_error(project: pytest.
 
 
 def test_an_error_is_cut_between_words_on_a_terminal_only() -> None:
-    from pytest_retrace.progress import _why
+    from pytest_retrace.results.progress import _why
 
     message = ("could not reproduce the recorded states (tolerance 0 px): attempt 3: error state off: "
                "1024000 px differ within x=0..1279, y=0..799 (SSIM 0.1234)")

@@ -16,11 +16,11 @@ import pytest
 from pytest_retrace.actions import Action
 from pytest_retrace.agents import AgentContext, AgentTurn, Observation
 from pytest_retrace.agents.baselines import ScriptAgent
-from pytest_retrace.cases import load_case
 from pytest_retrace.envs import DisplayBlocked
-from pytest_retrace.envs.sandbox import available
-from pytest_retrace.envs.xvfb import XvfbEnvironment
-from pytest_retrace.replay import ReplayOptions, run_case
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.envs.xvfb.sandbox import available
+from pytest_retrace.replay.cases import load_case
+from pytest_retrace.replay.run import ReplayOptions, run_case
 
 from .helpers import REPO
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from pytest_retrace.agents.baselines import ScriptAgent
-from pytest_retrace.build.pipeline import BuildConfig, Builder, load_catalogue
-from pytest_retrace.build.trajectory import Dropped, load_scripted, rollout_agent
-from pytest_retrace.cases import Task, load_case
-from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.dataset.pipeline import BuildConfig, Builder, load_catalogue
+from pytest_retrace.dataset.trajectory import Dropped, load_scripted, rollout_agent
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import Task, load_case
 
 XTERM = {"type": "launch", "command": ["xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white",
                                        "-fg", "black"], "window": "XTerm"}
@@ -206,9 +206,9 @@ def test_bad_catalogue_entry_names_file_entry_and_field(tmp_path: Path, entry: s
 
 
 def test_a_built_case_carries_the_files_its_setup_and_evaluator_read(tmp_path: Path) -> None:
-    from pytest_retrace.build.pipeline import _with_own_files
-    from pytest_retrace.cases import Task
+    from pytest_retrace.dataset.pipeline import _with_own_files
     from pytest_retrace.evaluators import evaluate
+    from pytest_retrace.replay.cases import Task
 
     rollout = tmp_path / "rollouts"
     (rollout / "data").mkdir(parents=True)

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_retrace.actions import Action, ActionError, parse_action
-from pytest_retrace.cases import MAX_METADATA_BYTES, MAX_SCREEN, CaseError, RecoveryCase, load_case
-from pytest_retrace.setup_steps import GUEST_HOME, MAX_TIMEOUT, FileStep, LaunchStep
+from pytest_retrace.envs.steps import GUEST_HOME, MAX_TIMEOUT, FileStep, LaunchStep
+from pytest_retrace.replay.cases import MAX_METADATA_BYTES, MAX_SCREEN, CaseError, RecoveryCase, load_case
 
 from .test_cases import VALID, write_case
 

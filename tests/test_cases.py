@@ -14,8 +14,8 @@ import yaml
 from PIL import Image
 
 from pytest_retrace.actions import Action
-from pytest_retrace.cases import CaseError, load_case
-from pytest_retrace.setup_steps import FileStep, LaunchStep
+from pytest_retrace.envs.steps import FileStep, LaunchStep
+from pytest_retrace.replay.cases import CaseError, load_case
 
 pytest_plugins = ["pytester"]
 
@@ -389,7 +389,8 @@ def test_a_case_file_that_is_not_a_regular_file_is_rejected(tmp_path: Path) -> N
 def test_validate_reports_every_file_even_after_a_loader_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_retrace import cases, cli
+    from pytest_retrace import cli
+    from pytest_retrace.replay import cases
 
     write_case(tmp_path, "a-crash", VALID)
     write_case(tmp_path, "b-good", VALID)

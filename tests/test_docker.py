@@ -22,9 +22,9 @@ import pytest
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import ActionFailed, EnvError
 from pytest_retrace.envs.config import EnvConfigError, load_env_config
-from pytest_retrace.envs.docker import LABEL, NETWORKS, DockerEnvironment
-from pytest_retrace.settle import SettleConfig
-from pytest_retrace.setup_steps import FileStep, LaunchStep
+from pytest_retrace.envs.docker.environment import LABEL, NETWORKS, DockerEnvironment
+from pytest_retrace.envs.steps import FileStep, LaunchStep
+from pytest_retrace.screen.settle import SettleConfig
 
 from .helpers import REPO, docker_client
 
@@ -190,8 +190,8 @@ def test_close_removes_the_container_and_the_spare(client, tmp_path: Path) -> No
 _OWNER = """
 import sys, time
 from pathlib import Path
-from pytest_retrace.envs.docker import DockerEnvironment
-from pytest_retrace.settle import SettleConfig
+from pytest_retrace.envs.docker.environment import DockerEnvironment
+from pytest_retrace.screen.settle import SettleConfig
 class Task:
     id = "t"; setup = []; network = False; settle_quiet = None
 env = DockerEnvironment(size=(640, 480), settle=SettleConfig(timeout=5.0, quiet=0.2, interval=0.03), spare=True)
@@ -422,8 +422,8 @@ def test_ctrl_c_leaves_no_container(client) -> None:
 def test_retrace_build_on_docker_from_osworld_results(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An OSWorld results directory (traj.jsonl, step screenshots, result.txt) with its task's config
     (upload_file, launch, activate_window) and evaluator, through `retrace build --env docker`, end to end."""
-    from pytest_retrace.cases import load_case
     from pytest_retrace.cli import main
+    from pytest_retrace.replay.cases import load_case
 
     from .test_osworld_setup import build_arguments, check_the_case_sets_up
 

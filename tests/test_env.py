@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from pytest_retrace.actions import Action
-from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.desktop import DESKTOP_MENU
-from pytest_retrace.envs.xvfb import GUEST_HOME, XvfbEnvironment
+from pytest_retrace.envs.xvfb.environment import GUEST_HOME, XvfbEnvironment
+from pytest_retrace.replay.cases import Task
 
 from .helpers import retrace_processes
 

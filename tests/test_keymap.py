@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.keymap import key_name, keysym
+from pytest_retrace.envs.xvfb.keymap import key_name, keysym
 
 
 @pytest.mark.parametrize(("char", "sym", "name"), [

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from pytest_retrace.actions import Action
-from pytest_retrace.build.osworld import PLACEHOLDER_EVALUATOR, convert_config, import_osworld
-from pytest_retrace.build.trajectory import Trajectory
+from pytest_retrace.dataset.osworld import PLACEHOLDER_EVALUATOR, convert_config, import_osworld
+from pytest_retrace.dataset.trajectory import Trajectory
 
 MODEL_DIR = ("pyautogui", "screenshot", "claude-sonnet-4-6")
 EVALUATOR = {

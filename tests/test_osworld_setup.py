@@ -14,12 +14,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from pytest_retrace.build.osworld import cache_names, convert_config, import_osworld
-from pytest_retrace.build.trajectory import Trajectory
-from pytest_retrace.cases import Task, load_case
-from pytest_retrace.envs.remote import RemoteEnvironment
-from pytest_retrace.envs.xvfb import XvfbEnvironment
-from pytest_retrace.settle import SettleConfig
+from pytest_retrace.dataset.osworld import cache_names, convert_config, import_osworld
+from pytest_retrace.dataset.trajectory import Trajectory
+from pytest_retrace.envs.remote.environment import RemoteEnvironment
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import Task, load_case
+from pytest_retrace.screen.settle import SettleConfig
 
 from .guests import Display, Guest, needs_desktop
 from .test_osworld_import import EVALUATOR, write_example, write_run

@@ -4,8 +4,8 @@ real desktops. Calibration, xdist equivalence, pytest options, infra errors, tea
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess

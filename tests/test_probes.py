@@ -13,14 +13,14 @@ from PIL import Image
 
 from pytest_retrace.actions import parse_action
 from pytest_retrace.agents.baselines import NoopAgent, OracleAgent
-from pytest_retrace.build.verify import Rejected, verify_candidate
-from pytest_retrace.cases import load_case
+from pytest_retrace.dataset.verify import Rejected, verify_candidate
 from pytest_retrace.envs.desktop import DESKTOP_MENU
-from pytest_retrace.envs.xvfb import XvfbEnvironment
-from pytest_retrace.probes import FileGetter, digest
-from pytest_retrace.records import Record
-from pytest_retrace.replay import ReplayOptions, run_case
-from pytest_retrace.stats import summarize
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import load_case
+from pytest_retrace.replay.probes import FileGetter, digest
+from pytest_retrace.replay.run import ReplayOptions, run_case
+from pytest_retrace.results.records import Record
+from pytest_retrace.results.stats import summarize
 
 pytestmark = pytest.mark.desktop
 
@@ -38,7 +38,7 @@ HIDDEN = ["pyautogui.write('touch ~/flag; clear\\n')"]
 
 
 def _write_case(tmp: Path, env: XvfbEnvironment, perturbation: list[str], probe_target: str) -> Path:
-    from pytest_retrace.cases import Task
+    from pytest_retrace.replay.cases import Task
 
     task = Task.model_validate(TASK)
     env.reset(task, tmp)
@@ -66,7 +66,7 @@ def env():
 
 def test_the_build_finds_the_probe_that_tells_an_identical_error_screen_apart(env: XvfbEnvironment,
                                                                                tmp_path: Path) -> None:
-    from pytest_retrace.cases import Task
+    from pytest_retrace.replay.cases import Task
 
     task = Task.model_validate(TASK)
     hidden = [parse_action(a)[0] for a in HIDDEN]
@@ -107,8 +107,8 @@ def test_an_error_state_the_probe_does_not_confirm_is_an_infrastructure_error(en
 def test_a_process_probe_sees_a_background_job_but_not_an_alias(env: XvfbEnvironment, tmp_path: Path) -> None:
     """The process probe reads what /proc shows of the task's shell, from inside its sandbox: a background job
     is a child process, but an alias lives only in the shell's memory (hence `verified_by: determinism`)."""
-    from pytest_retrace.cases import Task
-    from pytest_retrace.probes import ProcessGetter, probe_value
+    from pytest_retrace.replay.cases import Task
+    from pytest_retrace.replay.probes import ProcessGetter, probe_value
 
     task = Task.model_validate(TASK)
     shell = ProcessGetter(type="process", name="bash", read=["cwd", "fds", "children", "cmdline"])

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from pytest_retrace import cli
-from pytest_retrace.build.record import RecordError, record_case
-from pytest_retrace.cases import load_case, load_png
-from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.dataset.record import RecordError, record_case
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import load_case, load_png
 
 from .test_build import GOOD, TASK
 
@@ -90,7 +90,7 @@ def test_cli_records_the_good_case_and_names_the_broken_one(tmp_path: Path, caps
 def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) -> None:
     """No desktop: the write step alone. A screenshot directory swapped for a symlink after loading (the
     replays take minutes) must not redirect the write outside the case directory."""
-    from pytest_retrace.build.record import _write_png
+    from pytest_retrace.dataset.record import _write_png
 
     case_dir, outside = tmp_path / "case", tmp_path / "outside"
     case_dir.mkdir()
@@ -113,7 +113,7 @@ def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, ca
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from pytest_retrace.build import record
+    from pytest_retrace.dataset import record
 
     first = write_case(tmp_path, "first", ["pyautogui.write('zz')"])
     second = write_case(tmp_path, "second", ["pyautogui.write('zz')"])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_retrace import cli
-from pytest_retrace.records import SCHEMA_VERSION, Failure, Record, RecordError, Step
-from pytest_retrace.session import read_records
+from pytest_retrace.results.records import SCHEMA_VERSION, Failure, Record, RecordError, Step
+from pytest_retrace.results.session import read_records
 
 
 def record(nodeid: str = "cases/x.yaml::test_recovery[x-noop-implicit-r10]", **fields: object) -> Record:

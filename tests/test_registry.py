@@ -153,7 +153,7 @@ def test_an_unknown_chat_provider_lists_the_installed_ones(child: dict[str, Any]
 def test_the_built_in_providers_import_no_sdk_until_asked() -> None:
     code = ("import sys; from pytest_retrace import agents, envs; agents.AGENTS.names(); envs.provider_names(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in {'anthropic', 'openai', 'docker'} "
-            "or m in {'pytest_retrace.envs.docker', 'pytest_retrace.agents.anthropic'}))")
+            "or m in {'pytest_retrace.envs.docker.environment', 'pytest_retrace.agents.anthropic'}))")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -14,10 +14,10 @@ import pytest
 
 from pytest_retrace.actions import ACTION_KINDS, Action
 from pytest_retrace.envs import ActionFailed, EnvError, FileRefused, create_environment, environment_factory
-from pytest_retrace.envs.remote import RemoteEnvironment, parse_urls
-from pytest_retrace.envs.remote_actions import action_program
-from pytest_retrace.settle import SettleConfig
-from pytest_retrace.setup_steps import CommandStep, FileStep, LaunchStep
+from pytest_retrace.envs.remote.actions import action_program
+from pytest_retrace.envs.remote.environment import RemoteEnvironment, parse_urls
+from pytest_retrace.envs.steps import CommandStep, FileStep, LaunchStep
+from pytest_retrace.screen.settle import SettleConfig
 
 from .guests import Display, Guest, needs_desktop
 

@@ -14,11 +14,11 @@ import pytest
 from PIL import Image
 
 from pytest_retrace import cli
-from pytest_retrace.plots import FORMATS, PLOTS, PlotError, write_plots
-from pytest_retrace.records import Failure, Record
-from pytest_retrace.report import format_report, merge_runs, render_markdown, render_report
-from pytest_retrace.stats import format_table, summarize
-from pytest_retrace.writers import Plots, SummaryJson, SummaryMarkdown
+from pytest_retrace.results.plots import FORMATS, PLOTS, PlotError, write_plots
+from pytest_retrace.results.records import Failure, Record
+from pytest_retrace.results.report import format_report, merge_runs, render_markdown, render_report
+from pytest_retrace.results.stats import format_table, summarize
+from pytest_retrace.results.writers import Plots, SummaryJson, SummaryMarkdown
 
 pytest_plugins = ["pytester"]  # the real run at the end
 
@@ -262,8 +262,8 @@ def test_two_runs_of_one_config_are_compared_before_and_after_on_cases(tmp_path:
 def test_a_case_whose_files_changed_between_runs_is_warned_about(tmp_path: Path) -> None:
     """The digests come from each run's summary.json, written as the plugin writes it (RetraceSession.finish
     with the checkout root, then the SummaryJson writer); between the runs the case file is edited."""
-    from pytest_retrace.provenance import case_digest
-    from pytest_retrace.session import RetraceSession
+    from pytest_retrace.results.provenance import case_digest
+    from pytest_retrace.results.session import RetraceSession
 
     cases = tmp_path / "cases" / "mousepad"
     cases.mkdir(parents=True)
@@ -338,7 +338,7 @@ def test_the_criteria_plot_stacks_r_o_against_r_tc_from_the_counts() -> None:
                rec("e", "F").model_copy(update={"r_o": False, "r_tc": False})]
     [g] = summarize(records)["groups"]
     assert (g["n"], g["recovered"], g["r_o_only"], g["r_tc_only"]) == (5, 1, 2, 1)
-    from pytest_retrace.plots import _criteria, _style
+    from pytest_retrace.results.plots import _criteria, _style
 
     with _style():
         fig = _criteria(summarize(records))
@@ -449,7 +449,7 @@ def test_retrace_report_names_a_bad_or_missing_results_file(tmp_path: Path,
 
 
 def test_the_command_line_in_a_report_masks_secret_looking_values() -> None:
-    from pytest_retrace.provenance import redact
+    from pytest_retrace.results.provenance import redact
 
     argv = ["pytest", "--retrace-env=remote", "--retrace-env-option", "urls=http://a:5000,token=s3cret",
             "--retrace-env-option=API_KEY=sk-123", "-k", "typo", "--retrace-budget=1,3"]
@@ -466,7 +466,7 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
     command, the versions, the model configs and the case's digest (the calibration's function), lists the
     failed test with artifacts that exist, and its exitstatus is the process's: pytest's 1, `retrace run`'s 0,
     the gate's 0 when it passes under plain pytest."""
-    from pytest_retrace.provenance import case_digest
+    from pytest_retrace.results.provenance import case_digest
 
     git = ["git", "-C", str(project.path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -519,7 +519,7 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
 def test_a_real_repeated_run_counts_a_case_once_in_its_interval(project: pytest.Pytester) -> None:
     """oracle on two real cases with --retrace-runs 2: 4 recovered trials, but 2 cases, so the interval is
     Wilson's for 2 of 2, not for 4 of 4; noop's 0 of 4 likewise that of 0 of 2."""
-    from pytest_retrace.stats import wilson_interval
+    from pytest_retrace.results.stats import wilson_interval
 
     res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-runs=2", "-k",
                                        "typo-short or select-all-short", "--retrace-run=k2", "-n", "2",

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from collections import Counter
 
-from pytest_retrace.cases import load_case
-from pytest_retrace.sample import pick, stratum
+from pytest_retrace.replay.cases import load_case
+from pytest_retrace.replay.sample import pick, stratum
 
 from .helpers import REPO
 

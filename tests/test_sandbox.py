@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from pytest_retrace.actions import Action
-from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.desktop import DESKTOP_MENU
-from pytest_retrace.envs.sandbox import NPROC_LIMIT, Sandbox, available
-from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.envs.xvfb.sandbox import NPROC_LIMIT, Sandbox, available
 from pytest_retrace.evaluators import evaluate
+from pytest_retrace.replay.cases import Task
 
 from .helpers import REPO
 
@@ -237,7 +237,7 @@ def test_kill_9_of_a_worker_mid_case_leaves_no_process_of_its_task(tmp_path: Pat
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {str(REPO)!r})
-from pytest_retrace.envs.xvfb import XvfbEnvironment
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from tests.test_sandbox import XTERM, agent_types
 env = XvfbEnvironment()
 env.start()

@@ -12,11 +12,11 @@ import pytest
 from PIL import Image
 
 from pytest_retrace.actions import Action
-from pytest_retrace.cases import Task
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.xvfb import XvfbEnvironment
-from pytest_retrace.settle import SettleConfig, wait_stable
-from pytest_retrace.setup_steps import SettleStep
+from pytest_retrace.envs.steps import SettleStep
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import Task
+from pytest_retrace.screen.settle import SettleConfig, wait_stable
 
 A = np.zeros((4, 4, 3), np.uint8)
 B = np.full((4, 4, 3), 255, np.uint8)
@@ -221,8 +221,8 @@ def test_replay_waits_for_a_recorded_state_that_the_app_finishes_drawing_late(tm
     replayed screen is not there yet: the verification polls for the recording instead of failing at once."""
     import yaml
 
-    from pytest_retrace.cases import load_case
-    from pytest_retrace.replay import InfraError, RecoveryResult, ReplayOptions, reconstruct
+    from pytest_retrace.replay.cases import load_case
+    from pytest_retrace.replay.run import InfraError, RecoveryResult, ReplayOptions, reconstruct
 
     env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
     env.start()

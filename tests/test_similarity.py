@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from skimage.metrics import structural_similarity
 
-from pytest_retrace.similarity import ssim, ssim_map
+from pytest_retrace.screen.similarity import ssim, ssim_map
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 PAIRS = sorted(p for p in CASES.glob("*/*") if (p / "target.png").is_file() and (p / "error.png").is_file())

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pytest_retrace.cases import load_case
-from pytest_retrace.sample import app, pick
+from pytest_retrace.replay.cases import load_case
+from pytest_retrace.replay.sample import app, pick
 
 from . import suite_calibration as calibration
 from .helpers import docker_client

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_retrace.cases import CaseError, load_case
+from pytest_retrace.replay.cases import CaseError, load_case
 
 ALIAS = Path(__file__).parent / "data" / "alias-case" / "alias-echo.yaml"
 PROBE = {"get": {"type": "process", "name": "bash", "read": ["children"]}, "target": "sha256:" + "0" * 64}

@@ -256,7 +256,9 @@ def _show(value: Any) -> str:
 
 def _mapping_field(kind: str, name: str, value: Any) -> Any:
     """One field of an action mapping, type-checked (ranges are __post_init__'s job); keys become a tuple."""
-    from .pyautogui import MAX_NUMBER  # the same bound on numbers as for code strings (a lazy import: cycle)
+    from pytest_retrace.actions.pyautogui import (
+        MAX_NUMBER,  # the same bound on numbers as for code strings (a lazy import: cycle)
+    )
 
     if name in ("keys", "hold"):
         keys = [value] if isinstance(value, str) else value
@@ -292,7 +294,7 @@ def parse_action(value: Any) -> list[Action]:
     if isinstance(value, dict):
         return [Action.from_dict(value)]
     if isinstance(value, str):
-        from .pyautogui import parse_pyautogui
+        from pytest_retrace.actions.pyautogui import parse_pyautogui
 
         return parse_pyautogui(value)
     raise ActionError(f"an action must be a mapping or a pyautogui code string, got {type(value).__name__}")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ACTION_KINDS, Action, ActionError, ParsedReply
+from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
 
 MAX_CODE_CHARS = 20_000  # agents emit a few lines; anything bigger is a mistake or an abuse attempt
 MAX_ACTIONS = 200  # bounds the work an environment does for one model reply

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ACTION_KINDS, Action, ActionError, ParsedReply
-from .pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS
+from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
+from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS
 
 MAX_TOOL_CALL_CHARS = 20_000  # one tool call's JSON; a type action of MAX_TEXT_CHARS escaped fits
 

@@ -29,8 +29,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import ACTION_KINDS, Action, ActionError, ParsedReply
-from .pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS, _callee, _describe
+from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
+from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS, _callee, _describe
 
 MAX_CALL_CHARS = 5_000  # one call line: a type() of MAX_TEXT_CHARS characters, escaped, fits
 MAX_POINT_CHARS = 200  # a box string; bounds the regular expression's work

@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import yaml
 
-from ..actions import Action
-from ..registry import Registry, RegistryError, UnknownName
+from pytest_retrace.actions import Action
+from pytest_retrace.registry import Registry, RegistryError, UnknownName
 
 ENTRY_POINT_GROUP = "pytest_retrace.agents"
 CHAT_ENTRY_POINT_GROUP = "pytest_retrace.chat_models"
@@ -38,7 +38,7 @@ class AgentInfraError(RuntimeError):
     may echo the key it was sent): it is redacted here, whoever raises it."""
 
     def __init__(self, message: str, kind: str = "transport") -> None:
-        from .secrets import redact
+        from pytest_retrace.agents.secrets import redact
 
         super().__init__(redact(message))
         self.kind = kind
@@ -70,7 +70,7 @@ class Observation:
 @dataclass
 class AgentContext:
     """What an agent knows when it starts acting: the paper's recovery context C, built by
-    :mod:`pytest_retrace.strategies`. It never says where the target step lies in the history."""
+    :mod:`pytest_retrace.replay.strategies`. It never says where the target step lies in the history."""
 
     instruction: str  # the task's user query q
     mode: Mode  # forward: act on the task (implicit recovery, rollouts); recovery: restore the target; perturbation

@@ -21,12 +21,20 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from ..actions import Action, ActionError
-from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
-from .images import b64, crop_zoom, encode_png
-from .llm import Endpoint, ImageOptions, ModelAgent, ModelOptions, keys_of, redacted_errors, text_placeholder
-from .prompts import Image, Part, Text
-from .secrets import redact
+from pytest_retrace.actions import Action, ActionError
+from pytest_retrace.agents import AgentTurn, ModelConfig, Observation, Usage, parse_options
+from pytest_retrace.agents.images import b64, crop_zoom, encode_png
+from pytest_retrace.agents.llm import (
+    Endpoint,
+    ImageOptions,
+    ModelAgent,
+    ModelOptions,
+    keys_of,
+    redacted_errors,
+    text_placeholder,
+)
+from pytest_retrace.agents.prompts import Image, Part, Text
+from pytest_retrace.agents.secrets import redact
 
 TOOL_BETAS = {
     "computer_20250124": "computer-use-2025-01-24",
@@ -353,7 +361,7 @@ class AnthropicChat:
         self.endpoint, self.client = _endpoint(config, self.opts)
 
     def complete(self, system: str, parts: list[Part]) -> tuple[str, Usage]:
-        from .images import Scaler
+        from pytest_retrace.agents.images import Scaler
 
         usage = Usage()
         content = []
@@ -370,7 +378,7 @@ class AnthropicChat:
             response = self.endpoint.call(lambda: self.client.messages.create(**kwargs), usage)
         usage.input_tokens += response.usage.input_tokens or 0
         usage.output_tokens += response.usage.output_tokens or 0
-        from .transport import price
+        from pytest_retrace.agents.transport import price
 
         usage.cost = price(usage, self.opts.prices)
         return redact("\n".join(b.text for b in response.content if getattr(b, "type", None) == "text").strip()), usage

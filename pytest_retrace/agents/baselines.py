@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..actions import Action, ActionError, parse_action
-from ..similarity import differing_pixels
-from . import AgentContext, AgentTurn, ModelConfig, Observation, parse_options
+from pytest_retrace.actions import Action, ActionError, parse_action
+from pytest_retrace.agents import AgentContext, AgentTurn, ModelConfig, Observation, parse_options
+from pytest_retrace.screen.similarity import differing_pixels
 
 _DONE = Action("done")
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..actions import Action, ActionError
+from pytest_retrace.actions import Action, ActionError
 
 CoordinateSpace = Literal["image", "smart-resize", "relative-1000"]
 

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..actions import Action, ActionError
-from ..actions.pyautogui import to_pyautogui
-from . import (
+from pytest_retrace.actions import Action, ActionError
+from pytest_retrace.actions.pyautogui import to_pyautogui
+from pytest_retrace.agents import (
     AgentConfigError,
     AgentContext,
     AgentInfraError,
@@ -30,10 +30,10 @@ from . import (
     Usage,
     parse_options,
 )
-from .images import CoordinateSpace, Scaler
-from .prompts import PLACEHOLDER, Prompts
-from .secrets import install_log_filter, redact, register_secret, scrub_exception
-from .transport import CallStats, Transport, TransportOptions, price
+from pytest_retrace.agents.images import CoordinateSpace, Scaler
+from pytest_retrace.agents.prompts import PLACEHOLDER, Prompts
+from pytest_retrace.agents.secrets import install_log_filter, redact, register_secret, scrub_exception
+from pytest_retrace.agents.transport import CallStats, Transport, TransportOptions, price
 
 
 class ImageOptions(BaseModel):

@@ -21,13 +21,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from ..actions import Action, ActionError, normalize_key
-from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
-from .images import data_url, encode_png
-from .llm import Endpoint, ModelAgent, ModelOptions, redacted_errors
-from .prompts import Image, Part, Text
-from .secrets import redact
-from .transport import price
+from pytest_retrace.actions import Action, ActionError, normalize_key
+from pytest_retrace.agents import AgentTurn, ModelConfig, Observation, Usage, parse_options
+from pytest_retrace.agents.images import data_url, encode_png
+from pytest_retrace.agents.llm import Endpoint, ModelAgent, ModelOptions, redacted_errors
+from pytest_retrace.agents.prompts import Image, Part, Text
+from pytest_retrace.agents.secrets import redact
+from pytest_retrace.agents.transport import price
 
 _BUTTONS = {"left": "left", "right": "right", "wheel": "middle", "middle": "middle"}
 

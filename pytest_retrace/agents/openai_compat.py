@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..actions import Action, ParsedReply
-from . import AgentTurn, ModelConfig, Observation, Usage, parse_options
-from .images import data_url, encode_png
-from .llm import Endpoint, ModelAgent, ModelOptions, redacted_errors, text_placeholder
-from .prompts import Image, Part, Text
-from .secrets import redact
-from .transport import price
+from pytest_retrace.actions import Action, ParsedReply
+from pytest_retrace.agents import AgentTurn, ModelConfig, Observation, Usage, parse_options
+from pytest_retrace.agents.images import data_url, encode_png
+from pytest_retrace.agents.llm import Endpoint, ModelAgent, ModelOptions, redacted_errors, text_placeholder
+from pytest_retrace.agents.prompts import Image, Part, Text
+from pytest_retrace.agents.secrets import redact
+from pytest_retrace.agents.transport import price
 
 
 class CompatOptions(ModelOptions):
@@ -120,14 +120,14 @@ class CompatAgent(ModelAgent):
         text, calls = reply
         opts = self.opts
         if opts.parser == "uitars":
-            from ..actions.uitars import parse_uitars
+            from pytest_retrace.actions.uitars import parse_uitars
 
             return parse_uitars(text, scroll_clicks=opts.scroll_clicks, wait_seconds=opts.wait_seconds)
         if opts.parser == "qwen":
-            from ..actions.qwen import parse_qwen
+            from pytest_retrace.actions.qwen import parse_qwen
 
             return parse_qwen(text, calls or None, pixels_per_click=opts.pixels_per_click)
-        from ..actions.pyautogui import parse_pyautogui_reply
+        from pytest_retrace.actions.pyautogui import parse_pyautogui_reply
 
         return parse_pyautogui_reply(text)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..actions import Action
-from . import AgentConfigError, AgentContext
+from pytest_retrace.actions import Action
+from pytest_retrace.agents import AgentConfigError, AgentContext
 
 # key -> default file, relative to the prompts directory
 FILES: dict[str, str] = {

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import AgentInfraError
-from .secrets import redact
+from pytest_retrace.agents import AgentInfraError
+from pytest_retrace.agents.secrets import redact
 
 T = TypeVar("T")
 RETRIABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))

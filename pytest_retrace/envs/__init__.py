@@ -20,14 +20,14 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..registry import Registry
+from pytest_retrace.registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..actions import Action
-    from ..settle import Settled
-    from ..setup_steps import TaskSetup
+    from pytest_retrace.actions import Action
+    from pytest_retrace.envs.steps import TaskSetup
+    from pytest_retrace.screen.settle import Settled
 
 Rect = tuple[int, int, int, int]  # x, y, w, h
 ENTRY_POINT_GROUP = "pytest_retrace.environments"
@@ -148,9 +148,9 @@ def _installed(group: str) -> Iterable[EntryPoint]:
 
 # name -> a factory or the "module:attribute" of one, imported lazily (pytest_retrace.registry).
 ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment provider", ENTRY_POINT_GROUP, {
-    "xvfb": "pytest_retrace.envs.xvfb:XvfbEnvironment",
-    "remote": "pytest_retrace.envs.remote:RemoteEnvironment",
-    "docker": "pytest_retrace.envs.docker:DockerEnvironment",
+    "xvfb": "pytest_retrace.envs.xvfb.environment:XvfbEnvironment",
+    "remote": "pytest_retrace.envs.remote.environment:RemoteEnvironment",
+    "docker": "pytest_retrace.envs.docker.environment:DockerEnvironment",
 }, entry_points=_installed)
 PROVIDERS = ENVIRONMENTS.targets  # the same dict: code that registers or pops through it keeps working
 

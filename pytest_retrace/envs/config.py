@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from . import Environment, environment_factory, provider_names
+from pytest_retrace.envs import Environment, environment_factory, provider_names
 
 # What the harness passes to every provider itself: not user options.
 HARNESS_KEYWORDS = frozenset({"size", "settle", "network", "hide"})

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from ..setup_steps import GUEST_HOME
+from pytest_retrace.envs.steps import GUEST_HOME
 
 GUEST_USER = "user"
 TEMPLATE = Path(__file__).with_name("home-template")

@@ -21,7 +21,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import FileRefused
+from pytest_retrace.envs import FileRefused
 
 MAX_READ = 64 * 1024 * 1024  # the largest file an evaluator reads: an office document is a few MiB
 _MAX_LINKS = 40  # as the kernel's own limit for one path lookup (MAXSYMLINKS)

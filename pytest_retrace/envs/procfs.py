@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Iterable
 
-from . import EnvError
+from pytest_retrace.envs import EnvError
 
 _PF_EXITING = 0x00000004  # include/linux/sched.h: dying, its address space may already be gone
 _PF_KTHREAD = 0x00200000  # a kernel thread never has one

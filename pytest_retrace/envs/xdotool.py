@@ -8,7 +8,7 @@ xvfb provider types it through keymap.py, the docker provider through pyautogui'
 
 from __future__ import annotations
 
-from ..actions import Action
+from pytest_retrace.actions import Action
 
 # pyautogui key names -> X keysyms understood by xdotool
 KEYSYMS = {

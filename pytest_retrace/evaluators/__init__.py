@@ -33,8 +33,8 @@ getters ``getter(config, ctx) -> value``. Plugins add more with ``@register_metr
 
 from __future__ import annotations
 
-from . import config_files, getters, metrics, sheets  # noqa: F401 - importing registers the built-ins
-from .base import (
+from pytest_retrace.evaluators import config_files, getters, metrics, sheets  # noqa: F401 - importing registers the built-ins
+from pytest_retrace.evaluators.base import (
     GETTERS,
     METRICS,
     NOT_LITERAL,
@@ -49,7 +49,7 @@ from .base import (
     register_getter,
     register_metric,
 )
-from .engine import LATE_WRITES, evaluate, validate_evaluator
+from pytest_retrace.evaluators.engine import LATE_WRITES, evaluate, validate_evaluator
 
 __all__ = [
     "GETTERS",

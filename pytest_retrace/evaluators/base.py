@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
-from ..envs import CommandResult
+from pytest_retrace.envs import CommandResult
 
 
 @runtime_checkable

@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
-from .values import as_text, mapping_or_error, same_value, short
+from pytest_retrace.evaluators.base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
+from pytest_retrace.evaluators.values import as_text, mapping_or_error, same_value, short
 
 _MISSING = object()
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..envs import FileRefused
-from ..envs.setup import IDLE_SHARE
-from .base import (
+from pytest_retrace.envs import FileRefused
+from pytest_retrace.envs.setup import IDLE_SHARE
+from pytest_retrace.evaluators.base import (
     GETTERS,
     METRICS,
     CheckFailed,
@@ -34,8 +34,8 @@ from .base import (
     Score,
     metric_wants_path,
 )
-from .plan import Check, Group, compile_block
-from .values import short
+from pytest_retrace.evaluators.plan import Check, Group, compile_block
+from pytest_retrace.evaluators.values import short
 
 
 def validate_evaluator(spec: dict[str, Any], where: str = "evaluator") -> None:

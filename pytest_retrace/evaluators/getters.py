@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..envs import EnvError
-from .base import CommandResult, EvaluatorError, GetterContext, register_getter
+from pytest_retrace.envs import EnvError
+from pytest_retrace.evaluators.base import CommandResult, EvaluatorError, GetterContext, register_getter
 
 _TIMEOUT = {"timeout": (int, float)}  # its range (0 < timeout <= MAX_TIMEOUT) is checked by the plan
 MAX_TIMEOUT = 600.0  # seconds a command getter may run

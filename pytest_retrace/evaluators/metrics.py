@@ -9,8 +9,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .base import NOT_LITERAL, CheckSpec, CommandResult, EvaluatorError, Score, register_metric
-from .values import as_text, expected_text, first_difference, same_value, short
+from pytest_retrace.evaluators.base import (
+    NOT_LITERAL,
+    CheckSpec,
+    CommandResult,
+    EvaluatorError,
+    Score,
+    register_metric,
+)
+from pytest_retrace.evaluators.values import as_text, expected_text, first_difference, same_value, short
 
 # --- exact_match ---------------------------------------------------------------------------------
 

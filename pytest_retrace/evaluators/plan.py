@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .base import (
+from pytest_retrace.evaluators.base import (
     GETTER_FIELDS,
     GETTERS,
     METRIC_CHECKS,
@@ -20,8 +20,8 @@ from .base import (
     EvaluatorError,
     metric_options,
 )
-from .getters import MAX_TIMEOUT, check_local_path
-from .values import short
+from pytest_retrace.evaluators.getters import MAX_TIMEOUT, check_local_path
+from pytest_retrace.evaluators.values import short
 
 Conj = Literal["and", "or"]
 _FLAT_KEYS = frozenset({"func", "result", "expected", "options", "conj", "negate"})

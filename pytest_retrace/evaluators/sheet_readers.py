@@ -41,7 +41,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .base import CheckFailed, EvaluatorError
+from pytest_retrace.evaluators.base import CheckFailed, EvaluatorError
 
 Cell = tuple[int, int]
 Reader = Callable[[bytes, str | None, Iterable[Cell]], dict[Cell, Any]]

@@ -12,9 +12,9 @@ import math
 from pathlib import PurePosixPath
 from typing import Any
 
-from .base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
-from .sheet_readers import FORMULA_READERS, READERS, ConversionFailed, parse_ref
-from .values import as_text, mapping_or_error, short
+from pytest_retrace.evaluators.base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
+from pytest_retrace.evaluators.sheet_readers import FORMULA_READERS, READERS, ConversionFailed, parse_ref
+from pytest_retrace.evaluators.values import as_text, mapping_or_error, short
 
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -24,6 +24,6 @@ See docs/environments.md.
 
 from __future__ import annotations
 
-from .server import GuestConfig, GuestError, create_app, is_loopback, serve
+from pytest_retrace.guest.server import GuestConfig, GuestError, create_app, is_loopback, serve
 
 __all__ = ["GuestConfig", "GuestError", "create_app", "is_loopback", "serve"]

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..envs import FileRefused
-from ..envs.guestfs import MAX_READ, GuestFS
-from ..envs.procfs import cpu_seconds
-from .desktop import Desktop, DesktopError, DisplayBlocked
+from pytest_retrace.envs import FileRefused
+from pytest_retrace.envs.guestfs import MAX_READ, GuestFS
+from pytest_retrace.envs.procfs import cpu_seconds
+from pytest_retrace.guest.desktop import Desktop, DesktopError, DisplayBlocked
 
 MAX_JSON = 1024 * 1024  # the body of any request but an upload
 MAX_UPLOAD = 64 * 1024 * 1024  # one uploaded file (as envs/guestfs.py's MAX_READ for reads)

@@ -1,7 +1,7 @@
 """Test doubles for the project's own tests: `loopback`, a local stand-in for the Anthropic and OpenAI HTTP
 APIs that the official SDKs can talk to, with scripted replies and strict request checks."""
 
-from .loopback import (
+from pytest_retrace.testing.loopback import (
     ANTHROPIC,
     COMPUTER_TOOLSET_MEMBERS,
     OPENAI_CHAT,

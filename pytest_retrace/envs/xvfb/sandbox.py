@@ -1,0 +1,368 @@
+"""The per-task sandbox every app and every shell of a task runs in.
+
+An agent under test types into a real terminal, so everything a task starts is treated as hostile:
+- **One PID namespace per task** (plus a mount namespace, and a network namespace unless the network is
+  on). Its init is root's ``tini``; apps join with ``nsenter``. Killing the init makes the kernel kill every
+  process of the namespace, whatever it did to hide (``nohup``, ``setsid``, a cleared environment, a double
+  fork), and the init is killed when the worker dies (``PR_SET_PDEATHSIG`` through ``unshare --kill-child``),
+  even by SIGKILL.
+- **An unprivileged user**: uid ``1900000000 + display number``, one per desktop, so a task's processes
+  cannot signal or read another worker's, or root's. ``no_new_privs`` and an empty capability bounding set
+  make set-uid programs useless; the process limit (per uid, so per worker) stops a fork bomb at its own desk.
+  Inside, ``/etc/passwd`` names it ``user``: apps that look the name up find one.
+- **Private trees**: ``/home/user`` (restored from the template for each task) and ``/tmp`` are directories
+  of this desktop bound in; ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` (the other world-writable places) are
+  fresh memory file systems. So nothing written outside the home survives the task, and no other worker's
+  home or the harness's own files (the project, its cases and agents, the virtualenv: the ``hide`` list) can be
+  seen.
+- **The display** is reached through its one socket, bound into the private ``/tmp/.X11-unix``. The X server
+  listens on nothing else (no TCP, no abstract socket), so another worker's display is out of reach even with
+  the network on.
+- **SysV IPC** (shared memory, semaphores, message queues; POSIX message queues) lives in an IPC namespace of
+  the X server's, which the task joins: a new one with every X server, so with every reset. Not a namespace of
+  the task's own: GTK apps (cairo) draw through SysV MIT-SHM segments the X server attaches by id, and an id
+  means a segment only in the namespace it was made in. UTS and cgroup namespaces of its own too (the host's
+  hostname, unchanged; its control group as the root of its cgroup tree). docs/sandbox.md has the full list.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.desktop import GUEST_USER, task_environment
+from pytest_retrace.envs.guestfs import GuestFS
+from pytest_retrace.envs.steps import GUEST_HOME
+from pytest_retrace.envs.xvfb.cgroups import TaskGroup
+
+UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
+NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads
+MEMORY_LIMIT = 4 << 30  # of all a task's processes together (cgroups.py); LibreOffice needs ~0.5 GiB
+FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write
+# Never hidden: the trees the sandbox itself is built from.
+_SYSTEM = frozenset(("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev", "/proc", "/sys", "/var", "/run",
+                     "/home", "/tmp", GUEST_HOME))
+
+
+# Loaded once, here: a preexec_fn runs between fork and exec, where a dlopen could wait forever on the loader's
+# lock if another thread of the worker (the X thread, xthread.py) held it at the fork.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the worker that started it dies, however it dies."""
+    _LIBC.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def available() -> str | None:
+    """Why the sandbox cannot run here, or None if it can."""
+    if os.geteuid() != 0:
+        return "it needs root (to create namespaces and switch to the sandbox user)"
+    missing = [t for t in ("unshare", "nsenter", "setpriv", "prlimit", "mount") if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not found (util-linux and mount)"
+    return None
+
+
+def x_server_argv(argv: Sequence[str]) -> list[str]:
+    """The X server's command line, in a new IPC namespace, which the task started on it joins
+    (``Sandbox.start(ipc_of=<its pid>)``). Without the sandbox (no root) the server runs as it is."""
+    return ["unshare", "--ipc", "--", *argv] if available() is None else list(argv)
+
+
+class Sandbox:
+    """The task sandbox of one desktop. ``start()`` per task (after ``kill()``), ``argv()`` for every process.
+
+    With ``enabled=False`` (not root) there is no isolation at all: processes run as the caller with
+    HOME pointing at the home directory on the host; kept so the package stays usable for development."""
+
+    def __init__(self, root: Path, display: str, template: Path, *, hide: Sequence[Path] = (),
+                 enabled: bool = True, memory: int = MEMORY_LIMIT) -> None:
+        self.root = root
+        self.display = display
+        self.template = template
+        self.enabled = enabled
+        self.uid = self.gid = UID_BASE + int(display.lstrip(":"))
+        dirs = (p if p.is_dir() else p.parent for p in (Path(h).resolve() for h in (*hide, root)))
+        self.hide = tuple(str(p) for p in dict.fromkeys(dirs) if str(p) not in _SYSTEM)
+        self._unshare: subprocess.Popen[bytes] | None = None
+        self.init_pid: int | None = None  # the namespace's init, as the host numbers it
+        self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
+        self._children: list[subprocess.Popen[bytes]] = []
+        self.group = TaskGroup(f"retrace-X{display.lstrip(':')}", memory=memory, pids=NPROC_LIMIT)
+        if enabled and not self.group.create():
+            import warnings
+
+            warnings.warn(f"retrace sandbox: no memory limit for tasks ({self.group.problem}): a task that "
+                          f"exhausts memory can make the kernel kill other processes", RuntimeWarning, stacklevel=2)
+
+    def _preexec(self) -> None:
+        """In every process started for a task, before it execs: die with the worker, join the task's group."""
+        die_with_parent()
+        self.group.join()
+
+    # -- paths ---------------------------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def guest_home(self) -> str:
+        return GUEST_HOME if self.enabled else str(self.home)
+
+    @property
+    def fs(self) -> GuestFS:
+        roots = {GUEST_HOME: self.home, "/tmp": self.tmp} if self.enabled else {str(self.home): self.home}
+        return GuestFS(roots, self.guest_home)
+
+    def env(self) -> dict[str, str]:
+        """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
+        user = GUEST_USER if self.enabled else pwd.getpwuid(os.getuid()).pw_name
+        runtime = "/tmp/.runtime-user" if self.enabled else str(self.tmp / ".runtime-user")
+        return task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self, *, network: bool, ipc_of: int | None = None) -> None:
+        """A fresh task: a home copied from the template, an empty /tmp, and a new set of namespaces.
+
+        `ipc_of`: the X server's pid (started with ``x_server_argv``): the task shares its IPC namespace, so
+        MIT-SHM works as on any desktop, and that namespace is as fresh as the server, new at every reset.
+        None: an IPC namespace of the task's own, in which no SysV segment can be shown to the X server."""
+        if self._unshare is not None:
+            raise EnvError("sandbox: start() while the previous task's namespace is alive; kill() it first")
+        for tree in (self.home, self.tmp):
+            shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(self.template, self.home, symlinks=True)
+        (self.tmp / ".X11-unix").mkdir(parents=True)
+        (self.tmp / ".runtime-user").mkdir(mode=0o700)
+        self.tmp.chmod(0o1777)
+        if not self.enabled:
+            return
+        for path in (self.home, *self.home.rglob("*"), self.tmp / ".runtime-user"):
+            os.chown(path, self.uid, self.gid, follow_symlinks=False)
+        self.home.chmod(0o700)
+        if not (self.root / "etc").exists():
+            self._write_accounts()  # once per desktop: the accounts never change
+        number = self.display.lstrip(":")
+        (self.tmp / ".X11-unix" / f"X{number}").touch()  # the mount point of the display's socket
+        join_ipc = self._join_ipc(ipc_of)
+        argv = [*join_ipc, "unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
+                "--mount-proc", "--uts", "--cgroup", *([] if join_ipc else ["--ipc"]),
+                *([] if network else ["--net"]), "--",
+                "/bin/sh", "-c", _INIT, "retrace-sandbox", str(self.root), number,
+                "" if network else "isolated", shutil.which("tini") or "", *self.hide]
+        with open(self.root / "logs" / "sandbox.log", "ab") as log:
+            # stdout is the readiness channel: the init says "ready" once every mount is in place
+            self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                             preexec_fn=self._preexec)
+        assert self._unshare.stdout is not None
+        with self._unshare.stdout:
+            ready = _read_line(self._unshare.stdout.fileno(), timeout=15.0)
+        if ready != "ready":
+            self.kill()
+            tail = (self.root / "logs" / "sandbox.log").read_bytes()[-600:].decode(errors="replace").strip()
+            raise EnvError(f"sandbox did not start ({ready or 'no answer'}): {tail}")
+        self.init_pid = _child_of(self._unshare.pid)
+        info = os.stat(f"/proc/{self.init_pid}/ns/pid")
+        self._ns = (info.st_dev, info.st_ino)
+        (self.root / "task.pid").write_text(f"{self.init_pid}\n")
+
+    @staticmethod
+    def _join_ipc(pid: int | None) -> list[str]:
+        """The nsenter prefix that puts the task's namespaces into the IPC namespace of process `pid`."""
+        if pid is None:
+            return []
+        try:
+            theirs = os.stat(f"/proc/{pid}/ns/ipc")
+        except OSError:
+            raise EnvError(f"sandbox: the X server (pid {pid}) is gone; its IPC namespace cannot be joined") from None
+        ours = os.stat("/proc/self/ns/ipc")
+        if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+            # joining it would hand the task the host's SysV IPC, and every other desktop's
+            raise EnvError(f"sandbox: the X server (pid {pid}) runs in the harness's own IPC namespace; "
+                           f"start it with sandbox.x_server_argv()")
+        return ["nsenter", f"--ipc=/proc/{pid}/ns/ipc", "--"]
+
+    def _write_accounts(self) -> None:
+        etc = self.root / "etc"
+        etc.mkdir(exist_ok=True)
+        passwd = Path("/etc/passwd").read_text()
+        group = Path("/etc/group").read_text()
+        (etc / "passwd").write_text(passwd.rstrip("\n") + f"\n{GUEST_USER}:x:{self.uid}:{self.gid}::{GUEST_HOME}:/bin/bash\n")
+        (etc / "group").write_text(group.rstrip("\n") + f"\n{GUEST_USER}:x:{self.gid}:\n")
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """The command line that runs `argv` as part of the current task, in its home, with its environment."""
+        if self.enabled and self.init_pid is None:
+            raise EnvError("sandbox: no task is running (reset first)")
+        return [*self._prefix(str(self.init_pid)), *argv]
+
+    def _prefix(self, target: str) -> list[str]:
+        env = ["env", "-i", *(f"{k}={v}" for k, v in self.env().items())]
+        if not self.enabled:
+            return env
+        # the home is entered by env -C, inside the namespace: nsenter's --wd=DIR opens DIR *before* it enters
+        # the mount namespace, so it failed where the machine has no /home/user and, where it has one, left
+        # the app's working directory on the machine's /home/user instead of the task's home
+        return ["nsenter", "--target", target, "--pid", "--mount", "--net", "--ipc", "--uts", "--cgroup", "--",
+                "prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--",
+                "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--no-new-privs", "--", env[0], env[1], "-C", GUEST_HOME, *env[2:]]
+
+    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(self.argv(argv), cwd=self.home, preexec_fn=self._preexec, **kwargs)
+        self._children.append(proc)
+        return proc
+
+    def write_launcher(self, path: Path, log: Path) -> None:
+        """A script the window manager's menu runs: it starts an app inside whichever task is current."""
+        pid_file = shlex.quote(str(self.root / "task.pid"))
+        prefix = shlex.join(self._prefix("TASKPID")).replace("TASKPID", '"$pid"')
+        join = "".join(f"echo $$ >{shlex.quote(f)} || exit 1\n" for f in self.group.join_files)
+        path.write_text(f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n{join}"
+                        f"exec {prefix} \"$@\" >>{shlex.quote(str(log))} 2>&1\n")
+        path.chmod(0o755)
+
+    def kill(self, timeout: float = 10.0) -> None:
+        """End every process of the task: the kernel kills the namespace's members when its init dies."""
+        (self.root / "task.pid").unlink(missing_ok=True)
+        if not self.enabled:
+            self._kill_tagged(timeout)
+        elif self._unshare is not None:
+            if self.init_pid is not None:
+                try:
+                    os.kill(self.init_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            else:
+                self._unshare.kill()
+            try:
+                # unshare waits for its child, and the init exits only once every member has been reaped
+                self._unshare.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise EnvError(f"sandbox: the task's namespace did not end within {timeout} s") from None
+        deadline = time.monotonic() + timeout
+        for proc in self._children:  # nsenter exits as soon as the process it entered is gone
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise EnvError(f"sandbox: process {proc.pid} outlived its task") from None
+        self._children.clear()
+        self._unshare = None
+        self.init_pid = None
+        self._ns = None
+
+    def close(self) -> None:
+        self.kill()
+        self.group.remove()
+
+    def _kill_tagged(self, timeout: float) -> None:
+        """Without namespaces, the task's processes are found by the tag in their environment (best effort:
+        a process that clears its environment escapes; this mode is for development, not measurement)."""
+        from pytest_retrace.envs.procfs import tagged_pids
+
+        deadline = time.monotonic() + timeout
+        while pids := tagged_pids(f"RETRACE_TASK={self.root}".encode() + b"\0"):
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for proc in self._children:
+                proc.poll()
+            if time.monotonic() > deadline:
+                raise EnvError(f"processes {pids} survived SIGKILL for {timeout} s")
+            time.sleep(0.005)
+
+    def pids(self) -> list[int]:
+        """Every live process the current task started (the members of its PID namespace but its own init
+        and the init's keeper, root's ``sleep``), as the host numbers them."""
+        if not self.enabled:
+            from pytest_retrace.envs.procfs import tagged_pids
+
+            return tagged_pids(f"RETRACE_TASK={self.root}".encode() + b"\0")
+        if self._ns is None:
+            return []
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == self.init_pid:
+                continue
+            try:
+                info = os.stat(f"/proc/{entry.name}/ns/pid")
+                status = Path(f"/proc/{entry.name}/status").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            if (info.st_dev, info.st_ino) != self._ns:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if fields.get("Uid", "").split()[:1] == ["0"] and fields.get("PPid", "").strip() == str(self.init_pid):
+                continue  # the keeper (a task's orphans are re-parented to the init too, but never run as root)
+            found.append(int(entry.name))
+        return found
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    buf = b""
+    os.set_blocking(fd, False)
+    while not buf.endswith(b"\n") and time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            time.sleep(0.002)
+            continue
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace").strip()
+
+
+def _child_of(pid: int) -> int:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    if len(children) != 1:
+        raise EnvError(f"sandbox: unshare has children {children}, expected its one init")
+    return int(children[0])
+
+
+# Runs as root inside the fresh namespaces, before anything of the task exists. Binds come before the
+# hiding mounts, which may cover their sources. $1: the desktop's root, $2: display number, $3: "isolated"
+# without network, $4: tini (or empty), then the directories to hide.
+_INIT = r"""
+set -eu
+root=$1 display=$2 net=$3 tini=$4
+shift 4
+mount --bind "$root/etc/passwd" /etc/passwd
+mount --bind "$root/etc/group" /etc/group
+mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"
+mount -t tmpfs -o mode=755,size=1m retrace-home /home
+mkdir /home/user
+mount --bind "$root/home" /home/user
+mount --rbind "$root/tmp" /tmp
+mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /var/tmp
+mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /dev/shm
+if [ -d /run/lock ]; then mount -t tmpfs -o mode=1777,size=1m,nosuid,nodev retrace-scratch /run/lock; fi
+# a mqueue file system shows the queues of the IPC namespace that mounted it: the task's, not the host's
+if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec retrace-mqueue /dev/mqueue; fi
+for dir in "$@"; do
+  if [ -d "$dir" ]; then mount -t tmpfs -o ro,mode=755,size=4k retrace-hidden "$dir"; fi
+done
+if [ "$net" = isolated ]; then ip link set lo up 2>/dev/null || true; fi
+echo ready
+exec >/dev/null
+if [ -n "$tini" ]; then exec "$tini" -- sleep infinity; fi
+exec sleep infinity
+"""

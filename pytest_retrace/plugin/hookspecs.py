@@ -1,0 +1,45 @@
+"""The plugin's own hooks (added through pytest_addhooks), for extensions such as report writers,
+dashboards or CI gates. The built-in writers implement them too: results.jsonl and summary.json
+(writers.py), Allure (allure_writer.py), the live progress line (progress.py).
+
+Where they run: ``pytest_retrace_record`` and ``pytest_retrace_summary`` on the controller (or the only
+process without xdist), where every test's record arrives; the stage and result hooks on the process that
+runs the test (an xdist worker), where the desktop and the screenshots are."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_retrace.replay.run import RecoveryResult, Stage
+    from pytest_retrace.results.records import Record
+
+
+@pytest.hookspec
+def pytest_retrace_record(record: Record, config: pytest.Config) -> None:
+    """A test finished: its typed, versioned record (records.py), as results.jsonl stores it."""
+
+
+@pytest.hookspec
+def pytest_retrace_summary(summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
+    """The session's summary (summary.json, with its ``schema_version``) was computed from all records."""
+
+
+@pytest.hookspec
+def pytest_retrace_stage_start(item: pytest.Item, stage: Stage) -> None:
+    """A stage of the test's replay started (reset, prefix, verify, perturb, context, recover, turn, observe,
+    suffix, evaluate). Runs where the test runs; must not raise."""
+
+
+@pytest.hookspec
+def pytest_retrace_stage_end(item: pytest.Item, stage: Stage) -> None:
+    """A stage ended: ``stage.seconds`` is set, ``stage.failed`` names a check of the agent's that did not
+    hold, ``stage.error`` the infrastructure error that ended the replay. Runs where the test runs."""
+
+
+@pytest.hookspec
+def pytest_retrace_result(item: pytest.Item, result: RecoveryResult, record: Record) -> None:
+    """The test's replay is over (recovered, not, or an infrastructure error): its record, and the result with
+    the screenshots, which only this process has. Runs where the test runs, before its assertion."""

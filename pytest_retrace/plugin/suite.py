@@ -1,0 +1,12 @@
+"""The one test every recovery case runs. Collected per case file (plugin.CaseFile) and parametrized
+as ``test_recovery[<case>-<model>-<strategy>]``; the fixtures (plugin.py) build the desktop, replay the
+case and run the agent during setup, so an infrastructure failure is a pytest *error*, never a failure."""
+
+from __future__ import annotations
+
+from pytest_retrace.plugin.assertion import recovered
+from pytest_retrace.replay.run import RecoveryResult
+
+
+def test_recovery(retrace_result: RecoveryResult) -> None:
+    assert retrace_result == recovered

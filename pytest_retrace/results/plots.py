@@ -1,0 +1,329 @@
+"""Figures of recovery rates for a run's summary.md and for ``retrace report --out``, each as PNG (linked
+from the markdown), PDF and SVG (vector, for a paper):
+
+- ``rates``: the rate of each model × strategy (× budget) with its error bar;
+- ``budget``: rate against the recovery budget r, one line per model × strategy (only when r varies: with
+  a single r it would be one point per line);
+- ``domains``, ``kinds``, ``horizons``: the rate per domain / kind of mistake / horizon, grouped bars;
+- ``criteria``: what each model × strategy (× budget) scored on the two criteria, stacked: recovered
+  (R_O ∧ R_TC), R_O only (the screen is back, the task state is not), R_TC only, neither.
+
+Error bars are the 95 % Wilson interval of a single run, and the sample sd of the per-run rates around their
+mean where a group spans several runs (``--retrace-runs K`` or merged run directories) — the interval of
+pooled repeats of the same cases would claim a precision the runs do not have. Each title says which.
+
+matplotlib is imported only when a figure is drawn, and never through pyplot: a ``Figure`` rendered by Agg
+needs no display and does not switch the backend of a process that imported this module (a notebook, a
+pytest session with plots of its own). The figures are deterministic for the same data and matplotlib
+version: matplotlib's default style rather than the user's matplotlibrc, fixed sizes and dpi, no
+"Software" / "Creator" / date metadata, and a fixed salt for the SVG's element ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_retrace.results.stats import HORIZON_ORDER, KIND_ORDER, summarize
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from pytest_retrace.results.records import Record
+
+PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png")
+FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")  # every figure in each; PLOTS names the PNG
+_METADATA: dict[str, dict[str, Any]] = {  # what would make two drawings of the same data differ
+    ".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    ".svg": {"Creator": None, "Date": None},
+}
+DPI = 120
+_HEIGHT = 4.8  # inches; widths grow with the number of bars, within bounds
+
+
+class PlotError(RuntimeError):
+    """A figure could not be written; the message names the file."""
+
+
+Point = tuple[float, float, float]  # value, error below, error above (percent)
+
+
+def write_plots(data: dict[str, Any] | Iterable[Record], out_dir: Path, *,
+                errors: list[str] | None = None) -> list[Path]:
+    """Write the figures of :data:`PLOTS` into ``out_dir``, each in every one of :data:`FORMATS`, from a
+    ``summarize()`` result or from records (summarised here); returns the PNG of each figure written (its PDF
+    and SVG lie beside it). ``budget.png`` is drawn only when the summary has more than one budget. A figure
+    that fails raises :class:`PlotError` naming its file — or, when ``errors`` is given, is recorded there and
+    the other figures are still written. A figure not drawn this time has its files from an earlier call
+    removed, so that nothing links a stale picture."""
+    summary = data if isinstance(data, dict) else summarize(list(data))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    draw: dict[str, Callable[[dict[str, Any]], Figure]] = {
+        "rates.png": _rates, "budget.png": _budget, "criteria.png": _criteria,
+        "domains.png": lambda s: _breakdown(s, "domains", "domain", (), "Recovery rate by domain"),
+        "kinds.png": lambda s: _breakdown(s, "kinds", "kind", KIND_ORDER, "Recovery rate by kind of mistake"),
+        "horizons.png": lambda s: _breakdown(s, "horizons", "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
+    }
+    skip = set() if len(_budgets(summary)) > 1 else {"budget.png"}
+    written = []
+    for name in PLOTS:
+        path = out_dir / name
+        files = [path.with_suffix(suffix) for suffix in FORMATS]
+        if name in skip:
+            _remove(files)
+            continue
+        try:
+            with _style():
+                fig = draw[name](summary)
+                for file in files:
+                    fig.savefig(file, dpi=DPI, metadata=_METADATA[file.suffix], facecolor="white")
+        except Exception as exc:  # any failure of one figure is reported with its file
+            _remove(files)
+            message = f"{path}: {type(exc).__name__}: {exc}"
+            if errors is None:
+                raise PlotError(message) from exc
+            errors.append(message)
+        else:
+            written.append(path)
+    return written
+
+
+def _remove(files: list[Path]) -> None:
+    for file in files:
+        if file.is_file():
+            file.unlink()
+
+
+@contextlib.contextmanager
+def _style() -> Iterator[None]:
+    import matplotlib.style
+
+    # not the user's matplotlibrc: the same data, the same files (the SVG's ids are salted hashes)
+    with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "pytest-retrace"}):
+        yield
+
+
+def _figure(width: float, panels: int = 1) -> tuple[Figure, list[Axes]]:
+    from matplotlib.figure import Figure
+
+    height = _HEIGHT if panels == 1 else min(2.2 + 2.6 * panels, 14.0)
+    fig = Figure(figsize=(min(max(width, 6.0), 16.0), height), dpi=DPI, layout="constrained")
+    axes = fig.subplots(panels, 1, squeeze=False, sharex=True)
+    return fig, [row[0] for row in axes]
+
+
+class _Colours:
+    """One colour per model × strategy, the same in every figure; tab10, or tab20 past ten of them (with
+    hatching past twenty, where colours alone would repeat)."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        self.pairs = list(dict.fromkeys((g["model"], g["strategy"]) for g in summary["groups"]))
+
+    def __call__(self, model: str, strategy: str) -> tuple[Any, str | None]:
+        import matplotlib
+
+        i = self.pairs.index((model, strategy))
+        cmap = matplotlib.colormaps["tab10" if len(self.pairs) <= 10 else "tab20"]
+        return cmap(i % cmap.N), [None, "//", "..", "xx"][i // cmap.N % 4]
+
+
+def _point(g: dict[str, Any]) -> Point | None:
+    """The bar of a group: its mean ± sd over several runs, else its rate and Wilson interval."""
+    if (g.get("runs") or 0) > 1 and g.get("rate_mean") is not None:
+        mean, sd = 100 * g["rate_mean"], 100 * (g.get("rate_sd") or 0.0)
+        return mean, min(sd, mean), min(sd, 100 - mean)  # drawn within 0-100 %: no rate lies outside
+    if g.get("rate") is None:
+        return None
+    rate = 100 * g["rate"]
+    return rate, rate - 100 * g["ci_low"], 100 * g["ci_high"] - rate
+
+
+def _error_bars(groups: list[dict[str, Any]]) -> str:
+    repeated = any((g.get("runs") or 0) > 1 for g in groups)
+    single = any((g.get("runs") or 0) <= 1 for g in groups)
+    if repeated and single:
+        return "error bars: 95% Wilson interval (one run), sd across runs (several runs)"
+    return "mean of runs, error bars: sd across runs" if repeated else "error bars: 95% Wilson interval"
+
+
+def _budgets(summary: dict[str, Any]) -> list[int | None]:
+    return sorted({g.get("budget") for g in summary["groups"]}, key=lambda b: (b is None, b or 0))
+
+
+def _empty(fig: Figure, ax: Axes, title: str) -> Figure:
+    ax.set_axis_off()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, "no finished tests", ha="center", va="center", fontsize=12, transform=ax.transAxes)
+    return fig
+
+
+def _percent_axis(ax: Axes, top: float = 118.0, bottom: float = 0.0) -> None:
+    ax.set_ylim(bottom, top)
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylabel("recovery rate (%)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def _rates(summary: dict[str, Any]) -> Figure:
+    groups = summary["groups"]
+    fig, [ax] = _figure(1.3 * len(groups) + 2)
+    title = "Recovery rate per model × strategy"
+    if not groups:
+        return _empty(fig, ax, title)
+    colour = _Colours(summary)
+    several = len(_budgets(summary)) > 1
+    for i, g in enumerate(groups):
+        point = _point(g)
+        if point is None:
+            ax.text(i, 2, "no verdict", ha="center", va="bottom", fontsize=8, rotation=90)
+            continue
+        value, below, above = point
+        face, hatch = colour(g["model"], g["strategy"])
+        ax.bar(i, value, width=0.6, color=face, hatch=hatch, edgecolor="black", linewidth=0.6)
+        ax.errorbar(i, value, yerr=[[below], [above]], fmt="none", ecolor="black", capsize=5, linewidth=1.2)
+        runs = f", {g['runs']} runs" if (g.get("runs") or 0) > 1 else ""
+        ax.text(i, value + above + 1.5, f"{value:.1f}%\nn={g['n']}{runs}", ha="center", va="bottom", fontsize=8)
+    labels = [f"{g['model']}\n{g['strategy']}" + (f"\nr={g.get('budget')}" if several else "") for g in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=9)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    _percent_axis(ax)
+    ax.set_title(f"{title}\n({_error_bars(groups)})", fontsize=11)
+    return fig
+
+
+def _budget(summary: dict[str, Any]) -> Figure:
+    groups = summary["groups"]
+    fig, [ax] = _figure(8.0)
+    title = "Recovery rate vs recovery budget r"
+    lines: dict[tuple[str, str], list[tuple[int, Point]]] = {}
+    for g in groups:
+        point = _point(g)
+        if point is not None and g.get("budget") is not None:
+            lines.setdefault((g["model"], g["strategy"]), []).append((int(g["budget"]), point))
+    if not lines:
+        return _empty(fig, ax, title)
+    colour = _Colours(summary)
+    budgets = sorted({b for points in lines.values() for b, _ in points})
+    log = budgets[-1] >= 10 * budgets[0]  # 1, 3, 10, 30: equal steps on a log axis
+    step = min((b - a for a, b in itertools.pairwise(budgets)), default=1)
+    markers = "osD^vP*X"
+    for i, ((model, strategy), points) in enumerate(lines.items()):
+        points.sort()
+        # a small sideways shift per line, so that lines at the same rate do not hide each other
+        shift = (i - (len(lines) - 1) / 2) * 0.04
+        xs = [b * 10 ** (shift / 4) if log else b + shift * step for b, _ in points]
+        ax.errorbar(xs, [p[0] for _, p in points], yerr=[[p[1] for _, p in points], [p[2] for _, p in points]],
+                    color=colour(model, strategy)[0], marker=markers[i % len(markers)], markersize=7, capsize=4,
+                    linewidth=1.6, label=f"{model} · {strategy}")
+    if log:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    if len(budgets) == 1:
+        ax.set_xlim(budgets[0] - 1, budgets[0] + 1)
+    ax.set_xlabel("recovery budget r (actions)")
+    _percent_axis(ax, 105.0, -4.0)  # below 0 so that a marker at 0% is not cut in half
+    ax.set_title(f"{title}\n({_error_bars(groups)})", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=min(len(lines), 4), fontsize=9, frameon=False)
+    return fig
+
+
+def _categories(rows: list[dict[str, Any]], field: str, order: tuple[str, ...]) -> list[str]:
+    present = {r.get(field) or "" for r in rows}
+    known = [c for c in order if c in present]
+    return known + sorted(present - set(order))
+
+
+def _breakdown(summary: dict[str, Any], key: str, field: str, order: tuple[str, ...], title: str) -> Figure:
+    """Grouped bars: a group per category, a bar per model × strategy in it; one panel per budget, so that a
+    sweep over r does not crowd a dozen bars into each group."""
+    rows = summary.get(key, [])
+    categories = _categories(rows, field, order)
+    colour = _Colours(summary)
+    series = colour.pairs
+    budgets = _budgets(summary)
+    fig, axes = _figure(1.1 * len(categories) * max(len(series), 2) / 2 + 3, max(len(budgets), 1))
+    if not rows:
+        return _empty(fig, axes[0], title)
+    cells = {(r["model"], r["strategy"], r.get("budget"), r.get(field) or ""): r for r in rows}
+    width = 0.8 / len(series)
+    annotate = len(series) <= 4  # past that the labels would overlap
+    for ax, budget in zip(axes, budgets):
+        for i, (model, strategy) in enumerate(series):
+            xs, values, below, above, ns = [], [], [], [], []
+            for x, category in enumerate(categories):
+                row = cells.get((model, strategy, budget, category))
+                point = _point(row) if row else None
+                if row is None or point is None:
+                    continue
+                xs.append(x + (i - (len(series) - 1) / 2) * width)
+                values.append(point[0])
+                below.append(point[1])
+                above.append(point[2])
+                ns.append(row["n"])
+            face, hatch = colour(model, strategy)
+            ax.bar(xs, values, width=width * 0.92, color=face, hatch=hatch, edgecolor="black", linewidth=0.5,
+                   label=f"{model} · {strategy}" if ax is axes[0] else None)
+            ax.errorbar(xs, values, yerr=[below, above], fmt="none", ecolor="black", capsize=3, linewidth=1.0)
+            if annotate:
+                for x, v, up, n in zip(xs, values, above, ns):
+                    ax.text(x, v + up + 1.5, f"{v:.0f}%\nn={n}", ha="center", va="bottom", fontsize=7)
+        _percent_axis(ax)
+        if len(budgets) > 1:
+            ax.set_title(f"r = {budget}", fontsize=10, loc="left")
+    axes[-1].set_xticks(range(len(categories)), [c or "unknown" for c in categories], fontsize=10)
+    axes[-1].set_xlim(-0.6, len(categories) - 0.4)
+    fig.suptitle(f"{title}\n({_error_bars(rows)})", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=min(len(series), 4), fontsize=9, frameon=False)
+    return fig
+
+
+# the stack of the criteria figure, bottom up: its key, legend and colour
+_OUTCOMES: tuple[tuple[str, str, str], ...] = (
+    ("recovered", "recovered (R_O ∧ R_TC)", "#2ca02c"),
+    ("r_o_only", "R_O only (screen back, task state not)", "#1f77b4"),
+    ("r_tc_only", "R_TC only (task state back, screen not)", "#ff7f0e"),
+    ("neither", "neither", "#d3d3d3"),
+)
+
+
+def _outcomes(g: dict[str, Any]) -> dict[str, float]:
+    n = g["n"]
+    counts = {"recovered": g["recovered"], "r_o_only": g.get("r_o_only", 0), "r_tc_only": g.get("r_tc_only", 0)}
+    counts["neither"] = n - sum(counts.values())
+    return {k: 100 * v / n for k, v in counts.items()}
+
+
+def _criteria(summary: dict[str, Any]) -> Figure:
+    """R_O against R_TC: the share of finished tests in each of the four outcomes, per group (pooled over
+    runs: a share of trials, no interval)."""
+    groups = [g for g in summary["groups"] if g["n"]]
+    fig, [ax] = _figure(1.3 * len(groups) + 2)
+    title = "R_O vs R_TC per model × strategy"
+    if not groups:
+        return _empty(fig, ax, title)
+    several = len(_budgets(summary)) > 1
+    bottoms = [0.0] * len(groups)
+    for key, label, face in _OUTCOMES:
+        values = [_outcomes(g)[key] for g in groups]
+        ax.bar(range(len(groups)), values, bottom=bottoms, width=0.6, color=face, edgecolor="black",
+               linewidth=0.6, label=label)
+        for i, (value, bottom) in enumerate(zip(values, bottoms)):
+            if value >= 6:  # a label fits
+                ax.text(i, bottom + value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=8)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    for i, g in enumerate(groups):
+        ax.text(i, 101.5, f"n={g['n']}", ha="center", va="bottom", fontsize=8)
+    labels = [f"{g['model']}\n{g['strategy']}" + (f"\nr={g.get('budget')}" if several else "") for g in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=9)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    _percent_axis(ax, 110.0)
+    ax.set_ylabel("share of finished tests (%)")
+    ax.set_title(f"{title}\n(recovered = both criteria; the others fail one or both)", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    return fig

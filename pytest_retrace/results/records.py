@@ -1,0 +1,186 @@
+"""The result record: one per test, typed and versioned, and the only thing reports are computed from.
+
+A record is built here and nowhere else (:meth:`Record.of_result` after a replay, :meth:`Record.of_error`
+when a test broke before one). Every consumer — results.jsonl, summary.json, ``retrace summary``, Allure, a
+third party's writer through the ``pytest_retrace_record`` hook — reads the same fields, so a number in any
+report can be traced to the lines of results.jsonl it came from.
+
+``schema_version`` changes when a field changes meaning or disappears; adding an optional field does not
+change it. Readers refuse versions they do not know instead of guessing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from pytest_retrace.replay.cases import RecoveryCase
+    from pytest_retrace.replay.run import RecoveryResult
+
+SCHEMA_VERSION = 1
+Verdict = Literal["recovered", "not_recovered", "error"]
+
+
+class RecordError(ValueError):
+    """A results.jsonl line that is not a record this version can read."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Failure(_Model):
+    """Why a test is an infrastructure error (excluded from rates)."""
+
+    stage: str  # reset, prefix, verify, perturb, agent, recover, suffix, evaluate, setup
+    kind: str  # env, desync, transport, api, config, agent-bug, ...
+    message: str
+
+
+class Step(BaseModel):
+    """One action as executed (or refused): the action's own fields (``action`` is its kind) plus these."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    stage: str  # prefix, perturb, recover, suffix
+    action: str
+    settle: float = 0.0  # seconds until the screen was stable
+    settled: bool = True  # False: the screen still changed when the settle cap ran out
+    rationale: str | None = None  # the model's words for this turn
+    error: str | None = None  # why it failed: an invalid reply, an action the desktop refused
+
+
+class ProbeCheck(_Model):
+    """One of the case's error-state probes: it differed from its target value after the perturbation (else
+    the test is an infrastructure error), and whether it equals it again after the recovery."""
+
+    probe: str  # what it reads: "file ~/notes.txt", "command 'pwd'"
+    restored: bool | None = None  # None: the recovery never finished
+
+
+class Record(_Model):
+    schema_version: int = SCHEMA_VERSION
+    # -- what ran
+    nodeid: str
+    case: str | None
+    task: str | None
+    domain: str | None
+    horizon: str | None
+    kind: str | None  # the case's measured kind: visible, subtle, hidden-state, visual-only
+    model: str
+    strategy: str
+    budget: int
+    run_index: int = 0  # of --retrace-runs K: 0..K-1
+    privileged: bool = False  # a scripted baseline that reads the case (oracle, undo): not a model
+    finished_at: str
+    # -- the verdict: R = R_O and R_TC; None where the stage never ran
+    verdict: Verdict
+    recovered: bool | None = None
+    r_o: bool | None = None
+    r_tc: bool | None = None
+    ssim: float | None = None
+    ssim_threshold: float | None = None
+    evaluator_score: float | None = None
+    evaluator_details: list[str] = []
+    screen_diff: str | None = None
+    probes: list[ProbeCheck] = []
+    # what confirmed s_error on every replay: screen (its pixels), probes (and its pixels), or determinism (a
+    # hidden-state case nothing can observe, declared `verified_by: determinism`: its recording only)
+    error_state_verified_by: Literal["screen", "probes", "determinism"] | None = None
+    error: Failure | None = None
+    # -- how it got there
+    attempts: int = 0  # reconstructions of the target / error state
+    reconstruction: dict[str, str] = {}  # state -> "pixels" | "verifier: ..."
+    agent_turns: int = 0
+    actions_used: int = 0  # of the budget
+    invalid_steps: int = 0
+    failed_actions: int = 0
+    cut_actions: int = 0
+    usage: dict[str, Any] = {}  # the agent's model calls, tokens, cost
+    context_usage: dict[str, Any] = {}  # the contextualizer's and verifier's
+    timings: dict[str, float] = {}  # seconds per stage
+    actions: list[Step] = []
+    artifacts: dict[str, str] = Field(default_factory=dict)  # name -> path, relative to the run directory
+
+    @property
+    def is_error(self) -> bool:
+        return self.verdict == "error"
+
+    # -- built here only -------------------------------------------------------------------------
+    @classmethod
+    def _what(cls, nodeid: str, case: RecoveryCase | None, model: str, strategy: str, budget: int,
+              run_index: int, privileged: bool) -> dict[str, Any]:
+        return {
+            "nodeid": nodeid, "case": case.id if case else None, "task": case.task.id if case else None,
+            "domain": case.task.domain if case else None, "horizon": case.horizon if case else None,
+            "kind": case.metadata.get("kind") if case else None, "model": model, "strategy": strategy,
+            "budget": budget, "run_index": run_index, "privileged": privileged,
+            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    @classmethod
+    def of_result(cls, result: RecoveryResult, *, nodeid: str, case: RecoveryCase, model: str, strategy: str,
+                  budget: int, run_index: int = 0, privileged: bool = False,
+                  artifacts: dict[str, str] | None = None) -> Record:
+        ev, err = result.evaluation, result.error
+        return cls(
+            **cls._what(nodeid, case, model, strategy, budget, run_index, privileged),
+            verdict=result.verdict,  # type: ignore[arg-type]
+            recovered=None if err else result.recovered, r_o=result.r_o, r_tc=result.r_tc, ssim=result.ssim,
+            ssim_threshold=result.ssim_threshold, evaluator_score=ev.score if ev else None,
+            evaluator_details=list(ev.details) if ev else [],
+            screen_diff=result.diff.describe() if result.diff else result.unobserved,
+            probes=[ProbeCheck(probe=p, restored=r) for p, r in result.probes.items()],
+            error_state_verified_by=case.error_state_verified_by,  # type: ignore[arg-type]
+            error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
+            attempts=result.attempts, reconstruction=dict(result.reconstruction), agent_turns=result.agent_turns,
+            actions_used=result.actions_used, invalid_steps=result.invalid_steps,
+            failed_actions=result.failed_actions, cut_actions=result.cut_actions, usage=result.usage.to_dict(),
+            context_usage=result.context_usage.to_dict(), timings=dict(result.timings),
+            actions=[Step(stage=s.stage, **s.action, settle=s.settle, settled=s.settled, rationale=s.rationale or None,
+                          error=s.error)
+                     for s in result.steps],
+            artifacts=artifacts or {},
+        )
+
+    @classmethod
+    def of_error(cls, failure: Failure, *, nodeid: str, case: RecoveryCase | None, model: str, strategy: str,
+                 budget: int, run_index: int = 0, privileged: bool = False) -> Record:
+        """A test that broke before its replay produced a result (the desktop did not start, say)."""
+        return cls(**cls._what(nodeid, case, model, strategy, budget, run_index, privileged), verdict="error",
+                   error=failure)
+
+    # -- on disk: one JSON object per line -------------------------------------------------------
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> Record:
+        return cls.from_dict(_loads(line))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Record:
+        if not isinstance(data, dict):
+            raise RecordError(f"a record must be a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise RecordError(f"record schema_version {version!r}: this version of pytest-retrace reads "
+                              f"{SCHEMA_VERSION} only")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise RecordError(f"{where}: {err['msg']}") from None
+
+
+def _loads(line: str) -> Any:
+    import json
+
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"not JSON: {exc}") from None

@@ -1,0 +1,143 @@
+"""Per-run state on the controller: the run directory, the records as tests finish, and the summary computed
+from records only (so -n 0, -n 2 and a merged or resumed run give the same numbers). Writing them is the job of
+the writers (writers.py), which implement the plugin's own hooks like any third party's."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_retrace.replay.run import RecoveryResult
+from pytest_retrace.results import provenance
+from pytest_retrace.results.records import Record, RecordError
+from pytest_retrace.results.stats import _dedupe, summarize
+
+if TYPE_CHECKING:
+    from pytest_retrace.agents import ModelConfig
+
+
+def new_run_name(models: list[str]) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{'+'.join(models)}"[:120]
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_")[:150]
+
+
+def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[Path]:
+    """Recovered screenshot and a diff against the target, for a verdict a human wants to check."""
+    from PIL import Image
+
+    from pytest_retrace.screen.similarity import diff_image
+
+    if result.recovered_screenshot is None or result.target_screenshot is None:
+        return []
+    out = run_dir / "artifacts" / safe_name(nodeid.split("::")[-1])
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "recovered.png", out / "diff.png"]
+    Image.fromarray(result.recovered_screenshot).save(paths[0])
+    Image.fromarray(diff_image(result.target_screenshot, result.recovered_screenshot)).save(paths[1])
+    return paths
+
+
+SUMMARY_VERSION = 1  # of summary.json; bumped when a field changes meaning or disappears
+
+
+@dataclass
+class RetraceSession:
+    """The controller's view of a run: every record as it arrives, and the summary computed from them."""
+
+    run_dir: Path
+    records: list[Record] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    started_at: str = field(default_factory=provenance.now)
+
+    @property
+    def results_path(self) -> Path:
+        return self.run_dir / "results.jsonl"
+
+    def add(self, record: Record) -> None:
+        self.records.append(record)
+
+    def load(self) -> None:
+        """The records an earlier session of this run wrote (a resumed or repeated run appends to them)."""
+        if self.results_path.is_file():
+            self.records = read_records(self.results_path)
+
+    def finished(self) -> frozenset[str]:
+        """Tests of this run that have a verdict (not an infrastructure error): a resumed run skips them."""
+        return frozenset(r.nodeid for r in self.records if not r.is_error)
+
+    def finish(self, meta: dict[str, Any], *, root: Path | None = None,
+               models: Sequence[ModelConfig] = ()) -> dict[str, Any]:
+        """The summary of the run's records, with ``meta`` and — given the checkout ``root`` the test ids are
+        relative to — the run's provenance (provenance.run_metadata) in ``run``, and the tests that failed."""
+        if root is not None:
+            meta = {**meta, **provenance.run_metadata(root=root, models=models, records=self.records,
+                                                      started_at=self.started_at)}
+        self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta,
+                        "failed": failed_tests(self.records)}
+        return self.summary
+
+    def set_exitstatus(self, status: int) -> None:
+        """The process's final exit status into summary.json (see :func:`write_exitstatus`)."""
+        if self.summary is not None:
+            self.summary["run"]["exitstatus"] = int(status)
+        write_exitstatus(self.run_dir, status)
+
+
+def failed_tests(records: list[Record]) -> list[dict[str, Any]]:
+    """Every counted test that did not recover or broke, in the order they finished: what failed (R_O, R_TC,
+    the error's stage and kind) and its artifacts (paths relative to the run directory)."""
+    out = []
+    for r in _dedupe(records)[0]:
+        if r.verdict == "recovered":
+            continue
+        row: dict[str, Any] = {"nodeid": r.nodeid, "case": r.case, "model": r.model, "strategy": r.strategy,
+                               "budget": r.budget, "run_index": r.run_index, "verdict": r.verdict,
+                               "r_o": r.r_o, "r_tc": r.r_tc, "ssim": r.ssim, "artifacts": dict(r.artifacts)}
+        if r.error is not None:
+            row["error"] = {"stage": r.error.stage, "kind": r.error.kind}
+        out.append(row)
+    return out
+
+
+def write_exitstatus(run_dir: Path, status: int) -> None:
+    """Set ``run.exitstatus`` of the run's summary.json to the status the process exits with. The summary is
+    written when the session finishes, but the status is decided after that (pytest's own plugins, and
+    ``retrace run``, which has its own exit codes), so whoever decides last writes it here."""
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no summary was written (collect-only, a broken writer): nothing to correct
+    if summary.get("run", {}).get("exitstatus") == int(status):
+        return
+    summary.setdefault("run", {})["exitstatus"] = int(status)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    markdown = run_dir / "summary.md"  # its "Run" list names the status too (report._md_provenance)
+    if markdown.is_file():
+        text = markdown.read_text(encoding="utf-8")
+        markdown.write_text(re.sub(r"(?m)^- exit status: .*$", f"- exit status: {int(status)}", text, count=1),
+                            encoding="utf-8")
+
+
+def read_records(path: Path) -> list[Record]:
+    """Records of a results.jsonl. A torn last line (a run killed mid-write) is skipped; any other line that
+    is not a record of this version is an error naming the file and the line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(Record.from_json(line))
+        except RecordError as exc:
+            if number == len(lines) and not line.endswith("}"):
+                continue  # the write a kill interrupted
+            raise RecordError(f"{path}:{number}: {exc}") from None
+    return out
