@@ -1,5 +1,5 @@
 """Writes pages/*.html: the local pages of the browser tasks, all on one layout so the mistake catalogue
-(pytest_retrace/build/perturbations/browser.yaml) can name fixed coordinates: the form's fields in rows 48 px
+(pytest_retrace/dataset/perturbations/browser.yaml) can name fixed coordinates: the form's fields in rows 48 px
 apart from y = 180 on screen, a Save button below them, a long note, and at the very bottom (out of view until
 the page is scrolled to its end) an "Extras" box with two checkboxes. Save writes the form as a text file into
 ~/Downloads (a Blob download). Every control has author styles (no native hover look: where the pointer rests
