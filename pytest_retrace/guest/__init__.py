@@ -24,6 +24,8 @@ See docs/environments.md.
 
 from __future__ import annotations
 
-from pytest_retrace.guest.server import GuestConfig, GuestError, create_app, is_loopback, serve
+from pytest_retrace.guest.app import create_app
+from pytest_retrace.guest.config import GuestConfig, GuestError, is_loopback
+from pytest_retrace.guest.server import serve
 
 __all__ = ["GuestConfig", "GuestError", "create_app", "is_loopback", "serve"]

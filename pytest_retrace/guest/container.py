@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, task_environment, xvfb_argv
 from pytest_retrace.envs.steps import GUEST_HOME
-from pytest_retrace.guest.server import GuestConfig, GuestError, read_token, serve
+from pytest_retrace.guest.config import GuestConfig, GuestError
+from pytest_retrace.guest.server import read_token, serve
 
 DISPLAY_NUMBER = 0
 PORT = 5000
