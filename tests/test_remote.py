@@ -15,7 +15,8 @@ import pytest
 from pytest_retrace.actions import ACTION_KINDS, Action
 from pytest_retrace.envs import ActionFailed, EnvError, FileRefused, create_environment, environment_factory
 from pytest_retrace.envs.remote.actions import action_program
-from pytest_retrace.envs.remote.environment import RemoteEnvironment, parse_urls
+from pytest_retrace.envs.remote.environment import RemoteEnvironment
+from pytest_retrace.envs.remote.pool import parse_urls
 from pytest_retrace.envs.steps import CommandStep, FileStep, LaunchStep
 from pytest_retrace.screen.settle import SettleConfig
 

@@ -1,7 +1,7 @@
 """``retrace guest``: the HTTP server that runs inside an environment (a container or VM desktop).
 
 It speaks the subset of OSWorld's VM-server API (``desktop_env/server/main.py``, a Flask app on port 5000)
-that the ``remote`` provider (envs/remote.py) needs, with OSWorld's request and response shapes, so a real
+that the ``remote`` provider (envs/remote/) needs, with OSWorld's request and response shapes, so a real
 OSWorld VM and a guest running this server are interchangeable for that provider:
 
     GET  /screenshot        PNG bytes of $DISPLAY

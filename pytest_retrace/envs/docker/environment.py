@@ -56,7 +56,8 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import CommandResult, EnvError, check_on_screen
-from pytest_retrace.envs.remote.environment import RemoteEnvironment, worker_index
+from pytest_retrace.envs.remote.environment import RemoteEnvironment
+from pytest_retrace.envs.remote.pool import worker_index
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import commands, typable
 from pytest_retrace.screen.settle import Rect, SettleConfig, Settled

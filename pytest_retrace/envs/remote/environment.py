@@ -3,8 +3,8 @@ real OSWorld VM server or ``retrace guest`` (pytest_retrace/guest), which speaks
 
 It relies only on OSWorld's documented endpoints and shapes, so it works against either:
 
-- actions: a Python program made from the :class:`Action` by ``remote_actions.action_program`` (pyautogui,
-  as OSWorld's own client sends them), run with ``POST /execute {"command": ["python", "-c", ...]}``;
+- actions: a Python program made from the :class:`Action` by ``action_program`` (envs/remote/actions.py:
+  pyautogui, as OSWorld's own client sends them), run with ``POST /execute {"command": ["python", "-c", ...]}``;
 - screenshots: ``GET /screenshot`` (a PNG, decoded to RGB); settling polls it (settle.py ``wait_stable``);
 - files: ``POST /file`` (form ``file_path``) to read, ``POST /setup/upload`` (multipart ``file_path`` +
   ``file_data``) to write;
@@ -43,22 +43,14 @@ infrastructure error; an action the guest answers but refuses or fails is :class
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from http.client import HTTPException
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -73,151 +65,24 @@ from pytest_retrace.envs import (
 )
 from pytest_retrace.envs.guestfs import MAX_READ
 from pytest_retrace.envs.remote.actions import action_program, release_program
+from pytest_retrace.envs.remote.client import (
+    MAX_OUTPUT,
+    Client,
+    Refused,
+    Unreachable,
+    guest_path,
+    home_relative,
+    multipart_body,
+)
+from pytest_retrace.envs.remote.pool import parse_reset, parse_urls, worker_index
 from pytest_retrace.envs.setup import apply_setup
-from pytest_retrace.envs.steps import GUEST_HOME, TaskSetup
+from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.screen.settle import Rect, SettleConfig, Settled, wait_stable
 
-MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as the xvfb environment's run()
 MAX_UPLOAD = 64 * 1024 * 1024  # one written file (retrace guest's limit)
 RESET_TIMEOUT = 600.0  # seconds a reset command may take
-RETRY_DELAYS = (0.25, 0.5, 1.0, 2.0)  # between attempts after a connection error
 _BASE_ACTION_TIME = 15.0  # seconds an action's program may take, plus what the action itself asks for
 _WINDOW_POLL = 0.1
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-    content_type: str
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-    def message(self) -> str:
-        """The error a guest sent: OSWorld's "error" or "message", else the start of the body."""
-        data = self.json()
-        if isinstance(data, dict):
-            for key in ("error", "message"):
-                if isinstance(data.get(key), str) and data[key]:
-                    return data[key]
-        return self.body[:300].decode(errors="replace").strip() or f"HTTP {self.status}"
-
-
-class _Unreachable(EnvError):
-    """No answer from the guest (connection refused, reset, timed out) after the retries."""
-
-
-class _Refused(EnvError):
-    """The guest answered /execute with an error (not a command's non-zero exit: the request itself)."""
-
-
-class _Client:
-    """HTTP to one guest, with urllib (no proxy: guests are on the harness's own network)."""
-
-    def __init__(self, url: str, token: str | None, timeout: float) -> None:
-        self.url = url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    def request(self, method: str, path: str, *, data: bytes | None = None, content_type: str | None = None,
-                timeout: float | None = None, idempotent: bool = True, limit: int = MAX_READ + 1) -> _Reply:
-        """One request; any HTTP status is returned. Connection errors are retried (RETRY_DELAYS) when the
-        request cannot have reached the guest (connection refused) or repeating it does no harm
-        (`idempotent`, which also retries a 502, 503 or 504); a request that may have been performed (a click)
-        is never sent twice."""
-        headers = {"Accept": "*/*"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        delays = list(RETRY_DELAYS)
-        while True:
-            req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-            try:
-                with self._opener.open(req, timeout=timeout or self.timeout) as resp:
-                    return _Reply(resp.status, resp.read(limit), resp.headers.get("Content-Type", ""))
-            except urllib.error.HTTPError as exc:
-                with exc:
-                    reply = _Reply(exc.code, exc.read(limit), exc.headers.get("Content-Type", "") if exc.headers else "")
-                if exc.code in (502, 503, 504) and idempotent and delays:  # a proxy or display between restarts
-                    time.sleep(delays.pop(0))
-                    continue
-                return reply
-            except (urllib.error.URLError, OSError, HTTPException) as exc:
-                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                refused = isinstance(reason, ConnectionRefusedError)
-                if isinstance(reason, (TimeoutError, socket.timeout)) and not idempotent:
-                    raise _Unreachable(f"{self.url}{path}: no answer within {timeout or self.timeout:g} s") from None
-                if not delays or not (refused or idempotent):
-                    raise _Unreachable(f"{self.url}{path}: {reason or type(exc).__name__}") from None
-                time.sleep(delays.pop(0))
-
-    def post_json(self, path: str, payload: dict[str, Any], **kw: Any) -> _Reply:
-        return self.request("POST", path, data=json.dumps(payload).encode(), content_type="application/json", **kw)
-
-
-def _multipart(fields: dict[str, str], files: dict[str, bytes]) -> tuple[bytes, str]:
-    """A multipart/form-data body (urllib has no encoder for it) and its Content-Type."""
-    boundary = f"retrace-{uuid.uuid4().hex}"
-    out = io.BytesIO()
-    for name, value in fields.items():
-        out.write(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode())
-        out.write(value.encode() + b"\r\n")
-    for name, data in files.items():
-        out.write(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}"\r\n'
-                  "Content-Type: application/octet-stream\r\n\r\n".encode())
-        out.write(data + b"\r\n")
-    out.write(f"--{boundary}--\r\n".encode())
-    return out.getvalue(), f"multipart/form-data; boundary={boundary}"
-
-
-def parse_urls(urls: str | Sequence[str] | None, urls_file: str | Path | None) -> list[str]:
-    """The pool's URLs, in order, each checked to be an http(s) URL with a host."""
-    found: list[str] = []
-    if isinstance(urls, str):
-        found += [u.strip() for u in urls.split(",") if u.strip()]
-    elif urls is not None:
-        if not all(isinstance(u, str) for u in urls):
-            raise ValueError(f"urls: a comma-separated string or a list of URLs, got {urls!r}")
-        found += [u.strip() for u in urls if u.strip()]
-    if urls_file is not None:
-        try:
-            text = Path(urls_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"urls_file: cannot read {urls_file}: {exc.strerror or exc}") from None
-        found += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    for url in found:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"urls: {url!r} is not an http:// or https:// URL with a host")
-    if not found:
-        raise ValueError("the remote environment needs guest URLs: option urls (comma-separated) or urls_file")
-    return found
-
-
-def worker_index() -> int:
-    """This process's index in the pool: N of PYTEST_XDIST_WORKER=gwN, 0 without xdist."""
-    match = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
-    return int(match.group(1)) if match else 0
-
-
-def _home_relative(path: str) -> str:
-    """GUEST_HOME/... as ~/...: the guest's own home may be elsewhere (OSWorld's is /home/user too)."""
-    if path == GUEST_HOME or path.startswith(GUEST_HOME + "/"):
-        return "~" + path[len(GUEST_HOME):]
-    return path
-
-
-def _guest_path(path: str) -> str:
-    """A task's file path as the guest expands it: the task's home (GUEST_HOME, "~", relative paths) is "~"."""
-    if path == "~" or path.startswith(("~/", "/")):
-        return _home_relative(path)
-    return "~/" + path
 
 
 class RemoteEnvironment:
@@ -241,29 +106,16 @@ class RemoteEnvironment:
         if not isinstance(python, str) or not python:
             raise ValueError(f"python: the guest's Python command, got {python!r}")
         self.python = python
-        self.reset_mode, self.reset_command = self._parse_reset(reset)
+        self.reset_mode, self.reset_command = parse_reset(reset)
         self.token_env = token_env
         if token_env is not None and not os.environ.get(token_env):
             raise ValueError(f"token_env: the environment variable {token_env} is not set or empty")
         self.masks: Sequence[Rect] = ()
         self.url = ""
-        self._client: _Client | None = None
+        self._client: Client | None = None
         self._cases = 0  # resets done: without a reset command only one case may run on a guest
         self._window_tool: str | None = None  # "xdotool", "wmctrl" or "" (neither), found at start
         self._task_cpu: bool | None = None  # False: the guest cannot tell (task_cpu_seconds)
-
-    @staticmethod
-    def _parse_reset(reset: str | None) -> tuple[str | None, str | None]:
-        if reset is None or (isinstance(reset, str) and not reset.strip()):
-            return None, None
-        if not isinstance(reset, str):
-            raise ValueError(f"reset: a shell command (guest:CMD or host:CMD), got {reset!r}")  # noqa: TRY004 - an option's value
-        where, sep, command = reset.partition(":")
-        if sep and where.strip() in ("guest", "host"):
-            if not command.strip():
-                raise ValueError(f"reset: {reset!r} names no command")
-            return where.strip(), command.strip()
-        return "guest", reset.strip()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -281,21 +133,21 @@ class RemoteEnvironment:
         start() takes the worker's URL of the pool; the docker provider attaches to each container it starts,
         without `probe` (its image is known to have pyautogui and xdotool)."""
         self.url = url
-        self._client = _Client(url, token, self.timeout)
+        self._client = Client(url, token, self.timeout)
         self._task_cpu = None
         if not probe:
             self._window_tool = "xdotool"
             return
-        width, height = self._screen_size()
+        width, height = self.client.screen_size()
         if (width, height) != self.size:
             raise EnvError(f"{self.url}: the guest's screen is {width}x{height}, the cases need "
                            f"{self.size[0]}x{self.size[1]}")
-        probe = self._execute([self.python, "-c", "import pyautogui"], shell=False, timeout=60)
+        probe = self.client.execute([self.python, "-c", "import pyautogui"], shell=False, timeout=60)
         if probe.get("returncode") != 0:
             raise EnvError(f"{self.url}: the guest cannot run pyautogui with {self.python!r}: "
                            f"{str(probe.get('error') or '').strip()[-300:]}")
-        tools = self._execute("command -v xdotool >/dev/null && echo xdotool; "
-                              "command -v wmctrl >/dev/null && echo wmctrl; true", shell=True, timeout=30)
+        tools = self.client.execute("command -v xdotool >/dev/null && echo xdotool; "
+                                    "command -v wmctrl >/dev/null && echo wmctrl; true", shell=True, timeout=30)
         found = str(tools.get("output") or "").split()
         self._window_tool = "xdotool" if "xdotool" in found else "wmctrl" if "wmctrl" in found else ""
 
@@ -339,7 +191,7 @@ class RemoteEnvironment:
         deadline = time.monotonic() + RESET_TIMEOUT
         while True:  # the guest may be rebooting from a snapshot: wait until it answers again
             try:
-                self._screen_size()
+                self.client.screen_size()
                 return
             except EnvError:
                 if time.monotonic() > deadline:
@@ -351,42 +203,15 @@ class RemoteEnvironment:
 
     # -- requests ----------------------------------------------------------------------------------
     @property
-    def client(self) -> _Client:
+    def client(self) -> Client:
         if self._client is None:
             raise EnvError("the environment is not started")
         return self._client
 
-    def _screen_size(self) -> tuple[int, int]:
-        reply = self.client.request("POST", "/screen_size", data=b"")
-        data = reply.json()
-        if reply.status != 200 or not isinstance(data, dict):
-            raise EnvError(f"{self.url}/screen_size: {reply.message()}")
-        try:
-            return int(data["width"]), int(data["height"])
-        except (KeyError, TypeError, ValueError):
-            raise EnvError(f"{self.url}/screen_size: unexpected answer {reply.body[:200]!r}") from None
-
-    def _execute(self, command: list[str] | str, *, shell: bool, timeout: float) -> dict[str, Any]:
-        """POST /execute; the guest's JSON result (status "success"). Anything else is an EnvError here:
-        callers that run an agent's action turn a refusal into ActionFailed themselves."""
-        reply = self.client.post_json("/execute", {"command": command, "shell": shell, "timeout": timeout},
-                                      timeout=timeout + self.timeout, idempotent=False, limit=4 * MAX_OUTPUT)
-        data = reply.json()
-        if reply.status != 200 or not isinstance(data, dict) or data.get("status") != "success":
-            raise _Refused(f"{self.url}/execute: HTTP {reply.status}: {reply.message()[:500]}")
-        return data
-
-    def _alive(self) -> bool:
-        try:
-            self.client.request("GET", "/platform", timeout=min(self.timeout, 10.0))
-        except EnvError:
-            return False
-        return True
-
     def harness_fault(self) -> str | None:
         """The guest not answering. What else fails on a VM (its X server, say) the guest cannot tell apart from
         what the task did there: an OSWorld VM runs the task as the X server's own user."""
-        return None if self._alive() else f"the guest {self.client.url} does not answer"
+        return None if self.client.alive() else f"the guest {self.client.url} does not answer"
 
     def _program(self, program: str, what: str, work: float = 0.0, infra: bool = False) -> None:
         """Run a pyautogui program on the guest."""
@@ -397,11 +222,11 @@ class RemoteEnvironment:
         EnvError with `infra`, for the harness's own programs); no answer: EnvError."""
         failure = EnvError if infra else ActionFailed
         try:
-            res = self._execute(argv, shell=False, timeout=timeout)
-        except _Refused as exc:
+            res = self.client.execute(argv, shell=False, timeout=timeout)
+        except Refused as exc:
             raise failure(f"{what}: the guest refused it: {exc}") from None
-        except _Unreachable as exc:
-            if self._alive():
+        except Unreachable as exc:
+            if self.client.alive():
                 raise failure(f"{what} did not finish within {timeout:.0f} s") from None
             raise EnvError(f"{what}: {exc}") from None
         if res.get("returncode") != 0:
@@ -470,7 +295,7 @@ class RemoteEnvironment:
         (retrace guest: 403 outside the home and /tmp, 422 not a regular file or over the size cap). OSWorld's
         server answers a directory or device with a 500: that is told apart by asking the guest what is
         there."""
-        guest = _guest_path(path)
+        guest = guest_path(path)
         body = urllib.parse.urlencode({"file_path": guest}).encode()
         reply = self.client.request("POST", "/file", data=body, content_type="application/x-www-form-urlencoded")
         if reply.status == 200:
@@ -489,7 +314,7 @@ class RemoteEnvironment:
     def _file_kind(self, guest: str) -> str:
         quoted = '"$HOME"' + shlex.quote(guest[1:]) if guest.startswith("~/") else shlex.quote(guest)
         try:
-            res = self._execute(f"stat -L -c %F -- {quoted}", shell=True, timeout=15)
+            res = self.client.execute(f"stat -L -c %F -- {quoted}", shell=True, timeout=15)
         except EnvError:
             return ""
         return str(res.get("output") or "").strip() if res.get("returncode") == 0 else ""
@@ -497,7 +322,7 @@ class RemoteEnvironment:
     def write_file(self, path: str, data: bytes) -> None:
         if len(data) > MAX_UPLOAD:
             raise EnvError(f"cannot write {path}: {len(data)} bytes, over the {MAX_UPLOAD}-byte upload limit")
-        body, content_type = _multipart({"file_path": _guest_path(path)}, {"file_data": data})
+        body, content_type = multipart_body({"file_path": guest_path(path)}, {"file_data": data})
         reply = self.client.request("POST", "/setup/upload", data=body, content_type=content_type,
                                     timeout=self.timeout + len(data) / 1e6, idempotent=True)
         if reply.status != 200:
@@ -510,8 +335,8 @@ class RemoteEnvironment:
         argv = ["timeout", "-k", "2", f"{timeout:g}", "/bin/sh", "-c", script, "sh", command]
         started = time.monotonic()
         try:
-            res = self._execute(argv, shell=False, timeout=timeout + 5)
-        except _Refused as exc:
+            res = self.client.execute(argv, shell=False, timeout=timeout + 5)
+        except Refused as exc:
             raise EnvError(str(exc)) from None
         code = res.get("returncode")
         if not isinstance(code, int):
@@ -526,7 +351,7 @@ class RemoteEnvironment:
 
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
-        argv = [_home_relative(a) for a in argv]
+        argv = [home_relative(a) for a in argv]
         before = self.screenshot() if window is not None and not self._window_tool else None
         reply = self.client.post_json("/setup/launch", {"command": argv, "shell": False}, idempotent=False)
         if reply.status != 200:
@@ -548,11 +373,11 @@ class RemoteEnvironment:
         searched with Python's re); [] on a guest with neither tool."""
         if self._window_tool == "xdotool":
             q = shlex.quote(pattern)
-            res = self._execute(f"xdotool search --onlyvisible --class {q} 2>/dev/null; "
-                                f"xdotool search --onlyvisible --name {q} 2>/dev/null; true", shell=True, timeout=15)
+            res = self.client.execute(f"xdotool search --onlyvisible --class {q} 2>/dev/null; "
+                                      f"xdotool search --onlyvisible --name {q} 2>/dev/null; true", shell=True, timeout=15)
             return sorted(set(str(res.get("output") or "").split()))
         if self._window_tool == "wmctrl":
-            res = self._execute("wmctrl -lx", shell=True, timeout=15)
+            res = self.client.execute("wmctrl -lx", shell=True, timeout=15)
             found = []
             for line in str(res.get("output") or "").splitlines():
                 fields = line.split(None, 4)  # id, desktop, class, host, title
