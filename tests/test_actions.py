@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_retrace.actions import MAX_TEXT_CHARS, Action, ActionError, normalize_key, parse_action
-from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_CODE_CHARS, parse_pyautogui
+from pytest_retrace.actions import Action, ActionError, normalize_key, parse_action
+from pytest_retrace.actions.limits import MAX_TEXT_CHARS, MAX_TURN_ACTIONS
+from pytest_retrace.actions.pyautogui import MAX_CODE_CHARS, parse_pyautogui
 
 # --- accepted forms ----------------------------------------------------------------------------------
 
@@ -389,15 +390,15 @@ def test_magnitudes_are_capped_where_parsed(code: str, fragment: str) -> None:
 
 
 def test_too_many_actions() -> None:
-    ok = "\n".join(["pyautogui.press('a')"] * MAX_ACTIONS)
-    assert len(parse_pyautogui(ok)) == MAX_ACTIONS
+    ok = "\n".join(["pyautogui.press('a')"] * MAX_TURN_ACTIONS)
+    assert len(parse_pyautogui(ok)) == MAX_TURN_ACTIONS
     with pytest.raises(ActionError, match="too many actions"):
         parse_pyautogui(ok + "\npyautogui.press('a')")
 
 
 def test_imports_do_not_count_as_actions() -> None:
-    code = "import pyautogui\n" * 10 + "\n".join(["pyautogui.press('a')"] * MAX_ACTIONS)
-    assert len(parse_pyautogui(code)) == MAX_ACTIONS
+    code = "import pyautogui\n" * 10 + "\n".join(["pyautogui.press('a')"] * MAX_TURN_ACTIONS)
+    assert len(parse_pyautogui(code)) == MAX_TURN_ACTIONS
 
 
 def test_non_string_input() -> None:

@@ -13,25 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_retrace.actions import (
+from pytest_retrace.actions import Action, ActionError, ParsedReply
+from pytest_retrace.actions.limits import (
     MAX_HOLD,
     MAX_KEYS,
+    MAX_NUMBER,
     MAX_PRESSES,
+    MAX_REPLY_CHARS,
     MAX_SCROLL,
     MAX_TEXT_CHARS,
+    MAX_TURN_ACTIONS,
     MAX_WAIT,
-    Action,
-    ActionError,
-    ParsedReply,
 )
-from pytest_retrace.actions.pyautogui import (
-    MAX_ACTIONS,
-    MAX_CODE_CHARS,
-    MAX_NUMBER,
-    MAX_REPLY_CHARS,
-    parse_pyautogui,
-    parse_pyautogui_reply,
-)
+from pytest_retrace.actions.pyautogui import MAX_CODE_CHARS, parse_pyautogui
+from pytest_retrace.actions.pyautogui_reply import parse_pyautogui_reply
 from pytest_retrace.actions.qwen import MAX_TOOL_CALL_CHARS, parse_qwen
 from pytest_retrace.actions.uitars import parse_uitars
 
@@ -215,7 +210,7 @@ UITARS_REJECTED: list[tuple[Any, str]] = [
     ("Action: " + "a." * 500 + "b()", "a long attribute expression"),
     ("Action: 0x" + "f" * 4000 + "()", "a constant expression holding a huge number"),
     ("Action: (0x" + "f" * 4000 + ").x()", "expression holding a huge number"),
-    ("Action: " + "\n".join(["wait()"] * (MAX_ACTIONS + 1)), "too many actions"),
+    ("Action: " + "\n".join(["wait()"] * (MAX_TURN_ACTIONS + 1)), "too many actions"),
     ("x" * (MAX_REPLY_CHARS + 1), "the reply is too long"),
     (b"Action: wait()", "must be a string"),
     (None, "must be a string"),
@@ -435,7 +430,7 @@ QWEN_REJECTED: list[tuple[str, str]] = [
     (_call({"action": "answer"}), "missing argument(s) 'text'"),
     (_call({"action": "answer", "text": ["x"]}), "text must be a string"),
     (_call({"action": "left_click"}) + _call({"action": "fly"}), "tool call 2: unknown action 'fly'"),
-    ("\n".join([_call({"action": "left_click"})] * (MAX_ACTIONS + 1)), "too many tool calls"),
+    ("\n".join([_call({"action": "left_click"})] * (MAX_TURN_ACTIONS + 1)), "too many tool calls"),
     ("x" * (MAX_REPLY_CHARS + 1), "the reply is too long"),
 ]
 
@@ -554,7 +549,7 @@ REPLY_REJECTED: list[tuple[Any, str]] = [
     ("```pyautogui.click(-1, 2)```", "line 1: pyautogui.click: x must be a non-negative number"),
     ("```python\n" + "pyautogui.write('" + "a" * MAX_CODE_CHARS + "')\n```", "pyautogui code is too long"),
     ("\n".join(["```python", *["pyautogui.press('a')"] * 150, "```"] * 2), "too many actions"),
-    ("```python\n" + "DONE\n" * (MAX_ACTIONS + 1) + "```", "too many actions"),
+    ("```python\n" + "DONE\n" * (MAX_TURN_ACTIONS + 1) + "```", "too many actions"),
     ("x" * (MAX_REPLY_CHARS + 1), "the reply is too long"),
     (None, "must be a string"),
     (b"DONE", "must be a string"),
@@ -741,7 +736,7 @@ def _check(parse: Any, *args: Any, **kwargs: Any) -> None:
     actions = result.actions if isinstance(result, ParsedReply) else result
     if isinstance(result, ParsedReply):
         assert isinstance(result.rationale, str)
-    assert isinstance(actions, list) and len(actions) <= MAX_ACTIONS
+    assert isinstance(actions, list) and len(actions) <= MAX_TURN_ACTIONS
     for action in actions:
         _check_action(action)
 

@@ -9,35 +9,31 @@ already checked to be plain literals.
 
 The OSWorld special strings ``WAIT``, ``DONE`` and ``FAIL`` (as the whole code) map to wait / done / fail.
 
-Numbers are bounded where they are read (:data:`MAX_NUMBER`): a literal such as ``0xfff...`` with thousands
-of digits would otherwise overflow ``float()`` or exceed Python's int-to-str limit in an error message, and
-only :class:`ActionError` may leave a parser.
+Numbers are bounded where they are read (:data:`~pytest_retrace.actions.limits.MAX_NUMBER`): a literal such
+as ``0xfff...`` with thousands of digits would otherwise overflow ``float()`` or exceed Python's int-to-str
+limit in an error message, and only :class:`ActionError` may leave a parser.
 
-:func:`parse_pyautogui_reply` reads a whole model reply in the EvoCUA / OSWorld style: prose plus the code
-in fenced blocks.
+A whole model reply (prose plus fenced code) is read by :mod:`.pyautogui_reply`; an Action is written back
+as code by :mod:`.pyautogui_render`.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import re
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
+from pytest_retrace.actions.action import Action, ActionError, relabel
+from pytest_retrace.actions.limits import MAX_NUMBER, MAX_TURN_ACTIONS
+from pytest_retrace.actions.syntax import callee, describe, is_huge, parse_python
 
 MAX_CODE_CHARS = 20_000  # agents emit a few lines; anything bigger is a mistake or an abuse attempt
-MAX_ACTIONS = 200  # bounds the work an environment does for one model reply
-MAX_REPLY_CHARS = 100_000  # a whole model reply (reasoning included) read by a dialect parser
-# Largest magnitude of any number a model may write: far beyond any coordinate, duration or count, and
-# small enough that scaling it, converting it to float or printing it can never overflow.
-MAX_NUMBER = 10**9
 
 _ALLOWED_IMPORTS = frozenset({"pyautogui", "time"})
-_SPECIAL = {"WAIT": Action("wait", seconds=1.0), "DONE": Action("done"), "FAIL": Action("fail")}
+# OSWorld's special strings, each the whole code (or, in a reply, a whole line)
+SPECIAL = {"WAIT": Action("wait", seconds=1.0), "DONE": Action("done"), "FAIL": Action("fail")}
 _BUTTON_ALIASES = {
     "left": "left",
     "right": "right",
@@ -49,7 +45,6 @@ _BUTTON_ALIASES = {
 # (an Action has no notion of animation speed).
 _TIMING = frozenset({"interval", "duration"})
 _RELATIVE = frozenset({"move", "moveRel", "drag", "dragRel"})
-_KIND_PREFIX = re.compile(rf"^(?:{'|'.join(ACTION_KINDS)}): ")
 
 Args = dict[str, Any]
 
@@ -70,29 +65,9 @@ def _is_scalar(node: ast.expr) -> bool:
     )
 
 
-def _describe(node: ast.expr) -> str:
-    """Name a rejected argument node in terms a model author understands."""
-    if isinstance(node, ast.Name):
-        return f"the name {node.id!r}"
-    if isinstance(node, ast.JoinedStr):
-        return "an f-string"
-    if isinstance(node, ast.BinOp):
-        return "an arithmetic expression"
-    if isinstance(node, ast.Call):
-        return "a call"
-    if isinstance(node, ast.Constant):
-        return f"a constant of type {type(node.value).__name__}"
-    return f"an expression of type {type(node).__name__}"
-
-
-def _is_huge(value: Any) -> bool:
-    """An integer too large to convert to float or print (checked without doing either)."""
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER
-
-
 def _bounded(value: Any, what: str) -> Any:
     """`value`, unless it is an integer too large to convert to float or print."""
-    if _is_huge(value):
+    if is_huge(value):
         raise ActionError(f"{what} is too large (magnitude over {MAX_NUMBER})")
     return value
 
@@ -105,7 +80,7 @@ def _literal(node: ast.expr, what: str) -> Any:
         return [_bounded(v, what) for v in ast.literal_eval(node)]
     hint = " (variables are not allowed)" if isinstance(node, ast.Name) else ""
     raise ActionError(
-        f"{what} must be a literal (number, string, list, True/False/None), got {_describe(node)}{hint}"
+        f"{what} must be a literal (number, string, list, True/False/None), got {describe(node)}{hint}"
     )
 
 
@@ -289,23 +264,6 @@ _MODULES: dict[str, dict[str, _Spec]] = {"pyautogui": _PYAUTOGUI, "time": _TIME}
 # --- statements --------------------------------------------------------------------------------------
 
 
-_CALLEE_NODES = 40  # ast.unparse recurses: a callee larger than this is described, not printed
-
-
-def _callee(func: ast.expr) -> str:
-    """Readable name of what is being called, for error messages (never evaluated)."""
-    # ast.walk is iterative; counting its nodes first keeps `a.a.a....a()` (thousands deep, which ast.parse
-    # accepts) from exhausting the stack inside ast.unparse, and `0xfff...()` must not reach int.__repr__.
-    nodes = [node for _, node in zip(range(_CALLEE_NODES + 1), ast.walk(func))]
-    if len(nodes) > _CALLEE_NODES:
-        return f"a long {type(func).__name__.lower()} expression"
-    if any(isinstance(node, ast.Constant) and _is_huge(node.value) for node in nodes):
-        kind = type(func).__name__.lower()
-        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} expression holding a huge number"
-    text = ast.unparse(func)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _bind(name: str, spec: _Spec, call: ast.Call) -> Args:
     """Match a call's arguments to the spec, like Python would, but only ever reading literals."""
     for arg in call.args:
@@ -360,7 +318,7 @@ def _statement(stmt: ast.stmt) -> Action | None:
         )
     call = stmt.value
     if not isinstance(call, ast.Call):
-        raise ActionError(f"only calls of pyautogui.* and time.sleep are allowed, got {_describe(call)}")
+        raise ActionError(f"only calls of pyautogui.* and time.sleep are allowed, got {describe(call)}")
     func = call.func
     # Exactly `module.fn` with module a bare name: rules out pyautogui.os.system, getattr(...)(...), etc.
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _MODULES:
@@ -376,8 +334,8 @@ def _statement(stmt: ast.stmt) -> Action | None:
             try:
                 return spec.build(args)
             except ActionError as exc:  # from Action's own checks: swap its "kind: " prefix for ours
-                raise ActionError(f"{name}: {_KIND_PREFIX.sub('', str(exc))}") from None
-    raise ActionError(f"call of {_callee(func)} is not allowed")
+                raise relabel(exc, name) from None
+    raise ActionError(f"call of {callee(func)} is not allowed")
 
 
 def parse_pyautogui(code: str) -> list[Action]:
@@ -389,20 +347,11 @@ def parse_pyautogui(code: str) -> list[Action]:
         raise ActionError(f"pyautogui code must be a string, got {type(code).__name__}")
     if len(code) > MAX_CODE_CHARS:
         raise ActionError(f"pyautogui code is too long ({len(code)} characters, limit {MAX_CODE_CHARS})")
-    special = _SPECIAL.get(code.strip())
+    special = SPECIAL.get(code.strip())
     if special is not None:
         return [special]
-    try:
-        # Invalid escapes like '\d' in a typed string only warn; they must not fail (or spam) the run.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(code, mode="exec")
-    except SyntaxError as exc:
-        where = f"line {exc.lineno}: " if exc.lineno else ""
-        raise ActionError(f"{where}syntax error: {exc.msg}") from None
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurdly deep nesting
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise ActionError(f"pyautogui code cannot be parsed ({detail})") from None
+    tree = parse_python(code, "exec", "pyautogui code")
+    assert isinstance(tree, ast.Module)
     actions: list[Action] = []
     for stmt in tree.body:
         try:
@@ -411,163 +360,9 @@ def parse_pyautogui(code: str) -> list[Action]:
             raise ActionError(f"line {stmt.lineno}: {exc}") from None
         if action is None:
             continue
-        if len(actions) >= MAX_ACTIONS:
-            raise ActionError(f"line {stmt.lineno}: too many actions (limit {MAX_ACTIONS})")
+        if len(actions) >= MAX_TURN_ACTIONS:
+            raise ActionError(f"line {stmt.lineno}: too many actions (limit {MAX_TURN_ACTIONS})")
         actions.append(action)
     return actions
 
-
-# --- whole replies: prose plus fenced code (EvoCUA / OSWorld) -------------------------------------------
-
-_FENCE = "```"
-_INFO_STRING = re.compile(r"[A-Za-z0-9_+.#-]*")  # the language tag after an opening fence: python, py ...
-_LINE_PREFIX = re.compile(r"^line (\d+): ")
-
-
-def _fenced_blocks(text: str) -> tuple[list[tuple[int, str]], str]:
-    """The code of each fenced block with the reply line its code starts on, and the text outside blocks.
-
-    Scans with str.find (linear even for a reply full of unmatched fences). A block's first line is a
-    language tag only if it is a bare word; ```` ```pyautogui.click(1, 2)``` ```` is code. An unclosed
-    last fence runs to the end of the reply (replies are often cut at a stop sequence).
-    """
-    blocks: list[tuple[int, str]] = []
-    outside: list[str] = []
-    pos, line = 0, 1
-    while (start := text.find(_FENCE, pos)) != -1:
-        outside.append(text[pos:start])
-        body_start = start + len(_FENCE)
-        line += text.count("\n", pos, body_start)
-        end = text.find(_FENCE, body_start)
-        body = text[body_start:] if end == -1 else text[body_start:end]
-        first, newline, rest = body.partition("\n")
-        code, code_line = body, line
-        if newline and _INFO_STRING.fullmatch(first.strip()) and first.strip() not in _SPECIAL:
-            code, code_line = rest, line + 1
-        blocks.append((code_line, code))
-        pos = len(text) if end == -1 else end + len(_FENCE)
-        line += text.count("\n", body_start, pos)
-    outside.append(text[pos:])
-    return blocks, "".join(outside)
-
-
-def _parse_at(code: str, first_line: int) -> list[Action]:
-    """parse_pyautogui, with its error's line number counted in the reply rather than in `code`."""
-    try:
-        return parse_pyautogui(code)
-    except ActionError as exc:
-        message = str(exc)
-        match = _LINE_PREFIX.match(message)
-        if match is None:
-            raise ActionError(f"line {first_line}: {message}") from None
-        line = first_line + int(match.group(1)) - 1
-        raise ActionError(f"line {line}: {message[match.end():]}") from None
-
-
-def parse_pyautogui_reply(text: str) -> ParsedReply:
-    """Parse a whole reply: prose plus pyautogui code in fenced blocks, or a WAIT / DONE / FAIL line.
-
-    The code of all blocks is parsed, in order, by :func:`parse_pyautogui`; a line that is exactly
-    WAIT / DONE / FAIL inside a block is that action (so ```` ```DONE``` ```` after a block of clicks works).
-    Without any block, the reply (stripped) or its last non-empty line must be WAIT / DONE / FAIL.
-    The rationale is the text outside the blocks.  Errors name the line of the reply.
-    """
-    if not isinstance(text, str):
-        raise ActionError(f"a model reply must be a string, got {type(text).__name__}")
-    if len(text) > MAX_REPLY_CHARS:
-        raise ActionError(f"the reply is too long ({len(text)} characters, limit {MAX_REPLY_CHARS})")
-    blocks, outside = _fenced_blocks(text)
-    if not blocks:
-        lines = text.strip().split("\n")
-        special = _SPECIAL.get(lines[-1].strip())
-        if special is None:
-            raise ActionError(
-                "no pyautogui code block (```python ... ```) in the reply, and its last line is not "
-                "WAIT, DONE or FAIL"
-            )
-        return ParsedReply("\n".join(lines[:-1]).strip(), [special])
-    total = sum(len(code) for _, code in blocks)
-    if total > MAX_CODE_CHARS:
-        raise ActionError(f"pyautogui code is too long ({total} characters, limit {MAX_CODE_CHARS})")
-    actions: list[Action] = []
-    for first_line, code in blocks:
-        segment: list[str] = []
-        segment_line = first_line
-        for offset, line in enumerate(code.split("\n")):
-            special = _SPECIAL.get(line.strip())
-            if special is None:
-                segment.append(line)
-                continue
-            actions += _parse_at("\n".join(segment), segment_line)
-            actions.append(special)
-            segment, segment_line = [], first_line + offset + 1
-            if len(actions) > MAX_ACTIONS:
-                raise ActionError(f"line {first_line + offset}: too many actions (limit {MAX_ACTIONS})")
-        actions += _parse_at("\n".join(segment), segment_line)
-        if len(actions) > MAX_ACTIONS:
-            raise ActionError(f"line {first_line}: too many actions (limit {MAX_ACTIONS})")
-    return ParsedReply(outside.strip(), actions)
-
-
-__all__ = ["MAX_ACTIONS", "MAX_CODE_CHARS", "MAX_NUMBER", "MAX_REPLY_CHARS", "parse_pyautogui",
-           "parse_pyautogui_reply"]
-
-
-# --- rendering: Action -> pyautogui code ---------------------------------------------------------------
-
-
-def _args(*positional: Any, **keyword: Any) -> str:
-    parts = [repr(p) for p in positional] + [f"{k}={v!r}" for k, v in keyword.items()]
-    return ", ".join(parts)
-
-
-def to_pyautogui(action: Action) -> str:
-    """pyautogui code that does what `action` does: it parses back to `action`, or to the few actions
-    pyautogui needs for it (a drag from a given point, keys held during a click). Shows an agent its past steps in the one dialect every model reads; the
-    caller scales coordinates into the model's image space first."""
-    a = action
-    point = (a.x, a.y) if a.x is not None else ()
-    button = {} if a.button == "left" else {"button": a.button}
-    if a.kind == "click":
-        name = {1: "click", 2: "doubleClick", 3: "tripleClick"}[a.clicks]
-        body = f"pyautogui.{name}({_args(*point, **button)})"
-    elif a.kind == "move":
-        body = f"pyautogui.moveTo({_args(*point)})"
-    elif a.kind == "drag":
-        start = f"pyautogui.moveTo({_args(*point)})\n" if point else ""
-        body = f"{start}pyautogui.dragTo({_args(a.x2, a.y2, **button)})"
-    elif a.kind in ("mouse_down", "mouse_up"):
-        body = f"pyautogui.{'mouseDown' if a.kind == 'mouse_down' else 'mouseUp'}({_args(*point, **button)})"
-    elif a.kind == "scroll":
-        at = {"x": a.x, "y": a.y} if point else {}
-        lines = ([f"pyautogui.scroll({_args(a.dy, **at)})"] if a.dy else []) + (
-            [f"pyautogui.hscroll({_args(a.dx, **at)})"] if a.dx else [])
-        body = "\n".join(lines)
-    elif a.kind == "type":
-        body = f"pyautogui.write({a.text!r})"
-    elif a.kind == "key":
-        keys: Any = a.keys[0] if len(a.keys) == 1 else list(a.keys)
-        body = f"pyautogui.press({_args(keys, **({'presses': a.presses} if a.presses != 1 else {}))})"
-    elif a.kind == "hotkey":
-        if a.seconds:
-            downs = "\n".join(f"pyautogui.keyDown({k!r})" for k in a.keys)
-            ups = "\n".join(f"pyautogui.keyUp({k!r})" for k in reversed(a.keys))
-            body = f"{downs}\ntime.sleep({a.seconds!r})\n{ups}"
-        else:
-            body = f"pyautogui.hotkey({_args(*a.keys)})"
-        body = "\n".join([body] * a.presses)
-    elif a.kind in ("key_down", "key_up"):
-        name = "keyDown" if a.kind == "key_down" else "keyUp"
-        body = "\n".join(f"pyautogui.{name}({k!r})" for k in a.keys)
-    elif a.kind == "wait":
-        body = f"time.sleep({a.seconds!r})"
-    else:
-        body = a.kind.upper()  # DONE / FAIL, OSWorld's special strings
-    if a.hold and a.kind in ("click", "move", "drag", "mouse_down", "mouse_up", "scroll"):
-        downs = "".join(f"pyautogui.keyDown({k!r})\n" for k in a.hold)
-        ups = "".join(f"\npyautogui.keyUp({k!r})" for k in reversed(a.hold))
-        body = downs + body + ups
-    return body
-
-
-__all__ += ["to_pyautogui"]
+__all__ = ["MAX_CODE_CHARS", "SPECIAL", "parse_pyautogui"]

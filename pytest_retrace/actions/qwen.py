@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
-from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS
+from pytest_retrace.actions.action import Action, ActionError, ParsedReply, relabel, typeable
+from pytest_retrace.actions.limits import MAX_NUMBER, MAX_REPLY_CHARS, MAX_TURN_ACTIONS
 
 MAX_TOOL_CALL_CHARS = 20_000  # one tool call's JSON; a type action of MAX_TEXT_CHARS escaped fits
 
@@ -38,7 +38,6 @@ TOOL_NAME = "computer_use"
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _THINK_TAGS = ("<think>", "</think>")
 _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  # left where blocks and tags were cut out
-_KIND_PREFIX = tuple(f"{kind}: " for kind in ACTION_KINDS)
 
 
 def _no_constant(name: str) -> Any:
@@ -113,16 +112,6 @@ def _string(value: Any, what: str) -> str:
     return value
 
 
-def _typeable(value: Any) -> str:
-    """A string to type, without lone surrogates (JSON's "\\ud800" decodes to one, which no key types
-    and which cannot even be encoded to send it)."""
-    text = _string(value, "text")
-    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
-    if bad is not None:
-        raise ActionError(f"text holds the lone surrogate {bad!r}, which is not a character")
-    return text
-
-
 # --- actions -----------------------------------------------------------------------------------------
 
 
@@ -182,7 +171,7 @@ def _terminate(args: dict[str, Any], _: float) -> Action:
 
 _ACTIONS: dict[str, _Spec] = {
     "key": _Spec(_key, ("keys",)),
-    "type": _Spec(lambda args, _: Action("type", text=_typeable(args["text"])), ("text",)),
+    "type": _Spec(lambda args, _: Action("type", text=typeable(_string(args["text"], "text"), "text")), ("text",)),
     "mouse_move": _Spec(lambda args, _: Action("move", *_coordinate(args["coordinate"])), ("coordinate",)),
     "left_click": _Spec(_clicker(), optional=("coordinate",)),
     "right_click": _Spec(_clicker(button="right"), optional=("coordinate",)),
@@ -229,9 +218,7 @@ def _action(call: Any, pixels_per_click: float) -> tuple[Action, str | None]:
     try:
         action = spec.build(args, pixels_per_click)
     except ActionError as exc:  # from Action's own checks: swap its "kind: " prefix for the Qwen action
-        message = str(exc)
-        prefix = next((p for p in _KIND_PREFIX if message.startswith(p)), "")
-        raise ActionError(f"{kind}: {message[len(prefix):]}") from None
+        raise relabel(exc, kind) from None
     return action, args["text"] if kind == "answer" else None
 
 
@@ -284,8 +271,8 @@ def parse_qwen(text: str, tool_calls: list[dict] | None = None, *, pixels_per_cl
                 calls.append(_json(block.strip(), "the tool call"))
             except ActionError as exc:
                 raise ActionError(f"tool call {i}: {exc}") from None
-    if len(calls) > MAX_ACTIONS:
-        raise ActionError(f"too many tool calls ({len(calls)}, limit {MAX_ACTIONS})")
+    if len(calls) > MAX_TURN_ACTIONS:
+        raise ActionError(f"too many tool calls ({len(calls)}, limit {MAX_TURN_ACTIONS})")
     actions: list[Action] = []
     answers: list[str] = []
     for i, call in enumerate(calls, 1):

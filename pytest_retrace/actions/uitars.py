@@ -25,12 +25,12 @@ from __future__ import annotations
 import ast
 import math
 import re
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytest_retrace.actions import ACTION_KINDS, Action, ActionError, ParsedReply
-from pytest_retrace.actions.pyautogui import MAX_ACTIONS, MAX_NUMBER, MAX_REPLY_CHARS, _callee, _describe
+from pytest_retrace.actions.action import Action, ActionError, ParsedReply, relabel, typeable
+from pytest_retrace.actions.limits import MAX_NUMBER, MAX_REPLY_CHARS, MAX_TURN_ACTIONS
+from pytest_retrace.actions.syntax import callee, describe, parse_python
 
 MAX_CALL_CHARS = 5_000  # one call line: a type() of MAX_TEXT_CHARS characters, escaped, fits
 MAX_POINT_CHARS = 200  # a box string; bounds the regular expression's work
@@ -44,7 +44,6 @@ _POINT = re.compile(
     rf"\s*(?:\(\s*(?P<paren>.*?)\s*\)|\[\s*(?P<bracket>.*?)\s*\]|(?P<bare>{_NUMBER}.*?))\s*", re.DOTALL
 )
 _SEPARATOR = re.compile(r"\s*,\s*|\s+")
-_KIND_PREFIX = re.compile(rf"^(?:{'|'.join(ACTION_KINDS)}): ")
 
 Args = dict[str, str]
 
@@ -81,15 +80,6 @@ def _point(value: str, what: str) -> tuple[int, int]:
     if len(numbers) == 4:
         numbers = [(numbers[0] + numbers[2]) / 2, (numbers[1] + numbers[3]) / 2]
     return round(numbers[0]), round(numbers[1])
-
-
-def _typeable(text: str, what: str) -> str:
-    """`text`, unless it holds a lone surrogate ('\\ud800' is a valid literal): no key types one, and it
-    cannot even be encoded to send it."""
-    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
-    if bad is not None:
-        raise ActionError(f"{what} holds the lone surrogate {bad!r}, which is not a character")
-    return text
 
 
 def _keys(value: str, what: str) -> tuple[str, ...]:
@@ -169,7 +159,7 @@ def _single_key(kind: str) -> Builder:
 
 
 def _type(args: Args, options: _Options) -> Action:
-    return Action("type", text=_typeable(args["content"], "content"))
+    return Action("type", text=typeable(args["content"], "content"))
 
 
 _DIRECTIONS = {"down": ("dy", -1), "up": ("dy", 1), "right": ("dx", 1), "left": ("dx", -1)}
@@ -206,20 +196,13 @@ def _call(line: str) -> tuple[str, Args]:
     """One call line -> (function name, its string arguments), reading only string constants."""
     if len(line) > MAX_CALL_CHARS:
         raise ActionError(f"the call is too long ({len(line)} characters, limit {MAX_CALL_CHARS})")
-    try:
-        # Invalid escapes like '\d' in typed text only warn; they must not fail (or spam) the run.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(line, mode="eval")
-    except SyntaxError as exc:
-        raise ActionError(f"syntax error: {exc.msg}") from None
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurdly deep nesting
-        raise ActionError(f"the call cannot be parsed ({type(exc).__name__})") from None
+    tree = parse_python(line, "eval", "the call")
+    assert isinstance(tree, ast.Expression)
     call = tree.body
     if not isinstance(call, ast.Call):
-        raise ActionError(f"expected a call like click(start_box='(x,y)'), got {_describe(call)}")
+        raise ActionError(f"expected a call like click(start_box='(x,y)'), got {describe(call)}")
     if not isinstance(call.func, ast.Name):
-        raise ActionError(f"call of {_callee(call.func)} is not allowed (only the UI-TARS action functions)")
+        raise ActionError(f"call of {callee(call.func)} is not allowed (only the UI-TARS action functions)")
     name = call.func.id
     if name not in _CALLS:
         raise ActionError(f"unknown action function {name!r} (expected one of {', '.join(_CALLS)})")
@@ -230,7 +213,7 @@ def _call(line: str) -> tuple[str, Args]:
         if kw.arg is None:
             raise ActionError(f"{name}: **kwargs are not allowed")
         if not (isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str)):
-            raise ActionError(f"{name}: argument {kw.arg!r} must be a string literal, got {_describe(kw.value)}")
+            raise ActionError(f"{name}: argument {kw.arg!r} must be a string literal, got {describe(kw.value)}")
         if kw.arg in args:  # ast.parse already refuses repeated keywords; keep the check local
             raise ActionError(f"{name}: argument {kw.arg!r} given twice")
         args[kw.arg] = ast.literal_eval(kw.value)
@@ -251,7 +234,7 @@ def _action(line: str, options: _Options) -> tuple[Action, str | None]:
     try:
         action = spec.build(args, options)
     except ActionError as exc:  # from Action's own checks: swap its "kind: " prefix for the function name
-        raise ActionError(f"{name}: {_KIND_PREFIX.sub('', str(exc))}") from None
+        raise relabel(exc, name) from None
     return action, args.get("content") if name == "finished" else None
 
 
@@ -280,8 +263,8 @@ def parse_uitars(text: str, *, scroll_clicks: int = 5, wait_seconds: float = 5.0
             action, content = _action(line.strip(), options)
         except ActionError as exc:
             raise ActionError(f"line {first_line + offset}: {exc}") from None
-        if len(actions) >= MAX_ACTIONS:
-            raise ActionError(f"line {first_line + offset}: too many actions (limit {MAX_ACTIONS})")
+        if len(actions) >= MAX_TURN_ACTIONS:
+            raise ActionError(f"line {first_line + offset}: too many actions (limit {MAX_TURN_ACTIONS})")
         actions.append(action)
         if content and content.strip():
             summaries.append(content.strip())

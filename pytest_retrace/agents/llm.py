@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_retrace.actions import Action, ActionError
-from pytest_retrace.actions.pyautogui import to_pyautogui
+from pytest_retrace.actions.pyautogui_render import to_pyautogui
 from pytest_retrace.agents import (
     AgentConfigError,
     AgentContext,

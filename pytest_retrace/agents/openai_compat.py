@@ -127,7 +127,7 @@ class CompatAgent(ModelAgent):
             from pytest_retrace.actions.qwen import parse_qwen
 
             return parse_qwen(text, calls or None, pixels_per_click=opts.pixels_per_click)
-        from pytest_retrace.actions.pyautogui import parse_pyautogui_reply
+        from pytest_retrace.actions.pyautogui_reply import parse_pyautogui_reply
 
         return parse_pyautogui_reply(text)
 

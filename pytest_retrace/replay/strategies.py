@@ -49,7 +49,7 @@ class Contextualizer:
         self.chat, self.prompts = chat, prompts  # its config sets the model's own limits (max_tokens...)
 
     def summarize(self, instruction: str, history: list[HistoryStep], target: np.ndarray) -> tuple[str, Usage]:
-        from pytest_retrace.actions.pyautogui import to_pyautogui
+        from pytest_retrace.actions.pyautogui_render import to_pyautogui
 
         values = {"instruction": instruction, "steps": len(history)}
         parts: list[Part] = [Text(self.prompts.text("contextualizer_instruction", **values))]
