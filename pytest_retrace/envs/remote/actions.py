@@ -1,9 +1,9 @@
 """Actions as the Python programs the ``remote`` provider runs on a guest through ``/execute``.
 
 The inverse of actions/pyautogui.py's parser, for execution rather than display (``to_pyautogui`` in
-actions/pyautogui_render.py renders an action for a model to read): OSWorld's own client delivers every action as
-``python -c "import pyautogui; ...; <code>"`` through ``/execute``, so this is the one input channel that both
-a real OSWorld VM and ``retrace guest`` offer. The program is generated here from a checked
+actions/pyautogui_render.py renders an action for a model to read): OSWorld's own client delivers every
+action as ``python -c "import pyautogui; ...; <code>"`` through ``/execute``, so this is the one input channel
+that both a real OSWorld VM and ``retrace guest`` offer. The program is generated here from a checked
 :class:`~pytest_retrace.actions.Action`, never from model text: every value in it is a ``repr`` of a checked
 field.
 
