@@ -35,7 +35,8 @@ from pytest_retrace.agents import create_agent, load_model_config
 from pytest_retrace.envs import Environment, create_environment
 from pytest_retrace.envs.docker.environment import GUEST_PYTHON
 from pytest_retrace.replay.cases import RecoveryCase, load_case
-from pytest_retrace.replay.run import RecoveryResult, ReplayOptions, run_case
+from pytest_retrace.replay.result import RecoveryResult, ReplayOptions
+from pytest_retrace.replay.run import run_case
 from pytest_retrace.screen.settle import SettleConfig
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ import pytest
 from pytest_retrace.agents import ModelConfig, create_agent
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import load_case, load_png
-from pytest_retrace.replay.run import RecoveryResult, ReplayOptions, run_case
+from pytest_retrace.replay.result import RecoveryResult, ReplayOptions
+from pytest_retrace.replay.run import run_case
 from pytest_retrace.testing import (
     LoopbackServer,
     Reply,

@@ -20,7 +20,8 @@ from pytest_retrace.envs import DisplayBlocked
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.envs.xvfb.sandbox import available
 from pytest_retrace.replay.cases import load_case
-from pytest_retrace.replay.run import ReplayOptions, run_case
+from pytest_retrace.replay.result import ReplayOptions
+from pytest_retrace.replay.run import run_case
 
 from .helpers import REPO
 

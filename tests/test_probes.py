@@ -18,7 +18,8 @@ from pytest_retrace.envs.desktop import DESKTOP_MENU
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import load_case
 from pytest_retrace.replay.probes import FileGetter, digest
-from pytest_retrace.replay.run import ReplayOptions, run_case
+from pytest_retrace.replay.result import ReplayOptions
+from pytest_retrace.replay.run import run_case
 from pytest_retrace.results.records import Record
 from pytest_retrace.results.stats import summarize
 

@@ -222,7 +222,8 @@ def test_replay_waits_for_a_recorded_state_that_the_app_finishes_drawing_late(tm
     import yaml
 
     from pytest_retrace.replay.cases import load_case
-    from pytest_retrace.replay.run import InfraError, RecoveryResult, ReplayOptions, reconstruct
+    from pytest_retrace.replay.reconstruct import reconstruct
+    from pytest_retrace.replay.result import InfraError, RecoveryResult, ReplayOptions
 
     env = XvfbEnvironment(settle=SettleConfig(timeout=5.0, quiet=0.3))
     env.start()

@@ -432,7 +432,8 @@ class Builder:
                        p: AgentPerturbation) -> tuple[tuple[Action, ...], str] | str:
         """Let the perturbation agent act from the target state; its executed actions are the mistake."""
         from pytest_retrace.agents import AgentContext, create_agent, load_model_config
-        from pytest_retrace.replay.run import InfraError, drive
+        from pytest_retrace.replay.drive import drive
+        from pytest_retrace.replay.result import InfraError
         from pytest_retrace.screen.similarity import differing_pixels
 
         key = (p.model, id(env))

@@ -569,7 +569,8 @@ def _retrace_judges(request: pytest.FixtureRequest) -> Any:
 def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace_env: Any, retrace_agent: Any,
                    _retrace_judges: Any) -> Any:
     """Replay the case and run the agent (during setup: infra failures become errors, not failures)."""
-    from pytest_retrace.replay.run import ReplayOptions, run_case
+    from pytest_retrace.replay.result import ReplayOptions
+    from pytest_retrace.replay.run import run_case
 
     settings = request.config.stash[settings_key]
     contextualizer, verifier = _retrace_judges
@@ -613,7 +614,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not isinstance(item, pytest.Function) or "retrace_run" not in item.fixturenames:
         return report
     record = item.stash.get(record_key, None)
-    from pytest_retrace.replay.run import InfraError
+    from pytest_retrace.replay.result import InfraError
 
     if call.excinfo is not None and isinstance(call.excinfo.value, InfraError):
         # the harness knows exactly what broke: a stack trace through replay.py would only hide it
@@ -781,7 +782,7 @@ class _DryRun:
         # session.items: what is left once every plugin's pytest_collection_modifyitems (-k, -m, --deselect,
         # --lf, --retrace-resume) has deselected its share; counting in that hook saw the whole suite
         from pytest_retrace.agents import agent_factory
-        from pytest_retrace.replay.run import ReplayOptions
+        from pytest_retrace.replay.result import ReplayOptions
 
         per_turn: dict[str, int] = {}
         for item in session.items:
@@ -809,7 +810,7 @@ class _DryRun:
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> list[str] | None:
     from pytest_retrace.plugin.assertion import Recovered, explain
-    from pytest_retrace.replay.run import RecoveryResult
+    from pytest_retrace.replay.result import RecoveryResult
 
     if op == "==" and isinstance(left, RecoveryResult) and isinstance(right, Recovered):
         return explain(left)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_retrace.replay.run import RecoveryResult
+from pytest_retrace.replay.result import RecoveryResult
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_retrace.replay.run import RecoveryResult, Stage
+    from pytest_retrace.replay.result import RecoveryResult, Stage
     from pytest_retrace.results.records import Record
 
 

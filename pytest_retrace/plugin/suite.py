@@ -5,7 +5,7 @@ case and run the agent during setup, so an infrastructure failure is a pytest *e
 from __future__ import annotations
 
 from pytest_retrace.plugin.assertion import recovered
-from pytest_retrace.replay.run import RecoveryResult
+from pytest_retrace.replay.result import RecoveryResult
 
 
 def test_recovery(retrace_result: RecoveryResult) -> None:

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from allure_commons.reporter import AllureReporter
 
     from pytest_retrace.plugin import CaseRun, Settings
-    from pytest_retrace.replay.run import RecoveryResult, Stage
+    from pytest_retrace.replay.result import RecoveryResult, Stage
     from pytest_retrace.results.records import Record
 
 NOT_LOADED = "case file did not load"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_retrace.replay.run import Stage
+    from pytest_retrace.replay.result import Stage
     from pytest_retrace.results.records import Record
 
 REFRESH = 0.5  # seconds between redraws of the live line

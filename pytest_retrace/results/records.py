@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
     from pytest_retrace.replay.cases import RecoveryCase
-    from pytest_retrace.replay.run import RecoveryResult
+    from pytest_retrace.replay.result import RecoveryResult
 
 SCHEMA_VERSION = 1
 Verdict = Literal["recovered", "not_recovered", "error"]

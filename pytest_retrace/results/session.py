@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_retrace.replay.run import RecoveryResult
+from pytest_retrace.replay.result import RecoveryResult
 from pytest_retrace.results import provenance
 from pytest_retrace.results.records import Record, RecordError
 from pytest_retrace.results.stats import _dedupe, summarize

@@ -1,0 +1,140 @@
+"""Reconstructing a case's recorded states: reset → gt[0:t_seed] → verify s_target → perturbation → verify
+s_error, retried; and replaying ground-truth actions, whose failures are always the harness's (a desync).
+
+A state is verified pixel for pixel (masks applied), or by the optional LLM verifier; a case with probes must
+also show its perturbation took effect off screen."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pytest_retrace.actions import Action
+from pytest_retrace.agents import AgentInfraError, HistoryStep
+from pytest_retrace.envs import ActionFailed, EnvError, Environment
+from pytest_retrace.replay.cases import RecoveryCase, load_png
+from pytest_retrace.replay.probes import poll
+from pytest_retrace.replay.result import (
+    InfraError,
+    RecoveryResult,
+    ReplayOptions,
+    StepLog,
+    count,
+    timed_stage,
+)
+from pytest_retrace.screen.similarity import differing_pixels, screen_diff, ssim
+
+VERIFY_POLL = 0.1  # seconds between two looks at a state still on its way to the recorded pixels
+PROBE_WAIT = 3.0  # seconds an app may take to write what the perturbation changed (GSettings, autosave)
+
+
+def run_actions(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
+                history: list[HistoryStep] | None = None) -> None:
+    """Replay ground-truth actions: any failure here is the harness's (a desync), never the agent's."""
+    for action in actions:
+        before = env.screenshot() if history is not None else None
+        try:
+            settled = env.execute(action)
+        except EnvError as exc:
+            raise InfraError(stage, f"{action.describe()}: {exc}", kind="desync" if isinstance(exc, ActionFailed)
+                             else "env") from exc
+        result.steps.append(StepLog(stage, action.to_dict(), round(settled.seconds, 4), settled=settled.stable))
+        if not settled.stable:
+            # the next action, or the state check, would act on a screen still changing: not a replay
+            raise InfraError(stage, f"{action.describe()}: the screen was still changing after "
+                                    f"{settled.seconds:.1f} s (the settle cap)", kind="unsettled")
+        if history is not None:
+            history.append(HistoryStep(before, action))
+
+
+
+def _matches(env: Environment, expected: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
+             result: RecoveryResult, state: str) -> tuple[bool, str, np.ndarray]:
+    """Is the reconstructed `state` the recorded one? Pixel for pixel, or else by the LLM verifier if one is
+    configured (for environments that cannot reproduce a screen exactly). Returns the screen it judged.
+
+    The screen is polled for up to ``opts.verify_wait`` seconds until it matches: an app finishes some redraws
+    on idle timers after the screen was quiet for a moment (LibreOffice's toolbar states, rulers and status
+    fields), and under load (-n 16 on 2 cores) those come seconds late. Waiting for the recorded screen, not
+    for any quiet screen, is what makes that safe: a state that never reaches the recording still fails."""
+    deadline = time.monotonic() + opts.verify_wait
+    while True:
+        shot = env.screenshot()
+        off = differing_pixels(shot, expected, case.masks)
+        if off <= opts.verify_tolerance:
+            result.reconstruction[state] = "pixels"
+            return True, "", shot
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(VERIFY_POLL)
+    diff = screen_diff(shot, expected, case.masks)  # where it differs tells a dialog from a shifted layout
+    problem = f"{state} state off: {diff.describe()} (SSIM {ssim(shot, expected, case.masks):.4f})"
+    if opts.verifier is None:
+        return False, problem, shot
+    try:
+        same, reason, usage = opts.verifier.same_state(expected, shot, state)
+    except AgentInfraError as exc:
+        raise InfraError("verify", f"state verifier: {exc}", kind=exc.kind) from exc
+    result.context_usage.add(usage)
+    if same:
+        result.reconstruction[state] = f"verifier ({off} px differ): {reason}"
+        return True, "", shot
+    return False, f"{problem}; the verifier says different: {reason}", shot
+
+
+def _probes_differ(env: Environment, case: RecoveryCase) -> tuple[bool, str]:
+    """Did the perturbation take effect off screen? Every probe must leave its target value."""
+    targets = [p.target for p in case.probes]
+    try:
+        values = poll(env, [p.get for p in case.probes], lambda vs: all(map(str.__ne__, vs, targets)), PROBE_WAIT)
+    except EnvError as exc:
+        raise InfraError("verify", f"probe: {exc}") from exc
+    pending = [p for p, v in zip(case.probes, values) if v == p.target]
+    if pending:
+        return False, "error state not reached: " + "; ".join(
+            f"probe {p.describe()} still has its target value after the perturbation" for p in pending)
+    return True, ""
+
+
+def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
+                history: list[HistoryStep] | None = None, with_error: bool = True) -> None:
+    """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times."""
+    target, error = load_png(case.target_png), load_png(case.error_png)
+    problems: list[str] = []
+    for attempt in range(1, opts.attempts + 1):
+        result.attempts = attempt
+        if history is not None:
+            history.clear()
+        with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
+            try:
+                env.reset(case.task, case.dir, masks=case.masks)
+            except EnvError as exc:
+                raise InfraError("reset", str(exc)) from exc
+        with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):
+            run_actions(env, case.prefix, "prefix", result, history)
+        with timed_stage(result, opts, "verify", "verify s_target") as stage:
+            ok, problem, shot = _matches(env, target, case, opts, result, "target")
+            stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
+        if not ok:
+            problems.append(f"attempt {attempt}: {problem}")
+            continue
+        if not with_error:
+            return
+        with timed_stage(result, opts, "perturb", f"perturbation: {count(case.perturbation, 'action')}"):
+            run_actions(env, case.perturbation, "perturb", result, history)
+        with timed_stage(result, opts, "verify", "verify s_error") as stage:
+            ok, problem, shot = _matches(env, error, case, opts, result, "error")
+            stage.screenshot = None if ok else shot
+            if ok and case.probes:
+                ok, problem = _probes_differ(env, case)
+            stage.failed = problem or None
+        if ok:
+            return
+        problems.append(f"attempt {attempt}: {problem}")
+    raise InfraError(
+        "reconstruct",
+        f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
+        kind="desync",
+    )
+
