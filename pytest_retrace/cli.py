@@ -76,8 +76,8 @@ def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> i
 
 def _joined(argv: list[str]) -> list[str]:
     """``--retrace-X VALUE`` as ``--retrace-X=VALUE``: pytest picks its rootdir before it knows the plugin's
-    options, and would take VALUE for a test path (plugin._check_rootdir)."""
-    from pytest_retrace.plugin import OPTIONS
+    options, and would take VALUE for a test path (plugin.options.check_rootdir)."""
+    from pytest_retrace.plugin.options import OPTIONS
 
     valued = {f"--retrace-{name}" for name in OPTIONS}
     out: list[str] = []
@@ -202,7 +202,7 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
     """Every OSWorld task JSON under the paths: supported, or exactly why not. Exit 0 when all are."""
-    from pytest_retrace.dataset.osworld import check_task
+    from pytest_retrace.dataset.osworld_task import check_task
 
     files = sorted(f for p in map(Path, args.paths) for f in ([p] if p.is_file() else p.rglob("*.json")))
     if not files:
@@ -224,7 +224,8 @@ def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     from pytest_retrace.results.records import RecordError
     from pytest_retrace.results.session import read_records
-    from pytest_retrace.results.stats import format_table, summarize
+    from pytest_retrace.results.stats import summarize
+    from pytest_retrace.results.tables import format_table
 
     try:
         records = [r for p in args.results for r in read_records(Path(p))]
@@ -242,7 +243,8 @@ def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from pytest_retrace.results.report import ReportError, format_report, merge_runs, render_report
+    from pytest_retrace.results.merge import ReportError, merge_runs
+    from pytest_retrace.results.report import format_report, render_report
 
     try:
         merged = merge_runs(args.runs, report_dir=Path(args.report_dir))

@@ -10,7 +10,9 @@ import pytest
 from PIL import Image
 
 from pytest_retrace.actions import Action
-from pytest_retrace.dataset.osworld import PLACEHOLDER_EVALUATOR, convert_config, import_osworld
+from pytest_retrace.dataset.osworld import import_osworld
+from pytest_retrace.dataset.osworld_setup import convert_config
+from pytest_retrace.dataset.osworld_task import PLACEHOLDER_EVALUATOR
 from pytest_retrace.dataset.trajectory import Trajectory
 
 MODEL_DIR = ("pyautogui", "screenshot", "claude-sonnet-4-6")

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from pytest_retrace.dataset.osworld import cache_names, convert_config, import_osworld
+from pytest_retrace.dataset.osworld import import_osworld
+from pytest_retrace.dataset.osworld_setup import cache_names, convert_config
 from pytest_retrace.dataset.trajectory import Trajectory
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
