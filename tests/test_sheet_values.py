@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from pytest_retrace.envs import CommandResult
-from pytest_retrace.evaluators import EvaluatorError, evaluate, sheet_readers
+from pytest_retrace.evaluators import EvaluatorError, evaluate
+from pytest_retrace.evaluators import ssconvert as converter
 from pytest_retrace.evaluators.sheet_readers import read_ods
 from pytest_retrace.evaluators.sheets import resolve_format
 
@@ -176,7 +177,7 @@ def test_gnumeric_hanging_conversion_is_a_failed_check_and_is_killed(
     bindir = fake_ssconvert("sleep 300; exit 0\n")  # the shell stays, named by its script's path
     try:
         monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-        monkeypatch.setattr(sheet_readers, "SSCONVERT_TIMEOUT", 1.0)
+        monkeypatch.setattr(converter, "SSCONVERT_TIMEOUT", 1.0)
         start = time.monotonic()
         result = evaluate(check(gnumeric_book, {"B4": 8}), FilesEnv(home))
         assert time.monotonic() - start < 10

@@ -13,7 +13,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from pytest_retrace.evaluators.base import NOT_LITERAL, CheckSpec, EvaluatorError, Score, register_metric
-from pytest_retrace.evaluators.sheet_readers import FORMULA_READERS, READERS, ConversionFailed, parse_ref
+from pytest_retrace.evaluators.sheet_readers import FORMULA_READERS, READERS, parse_ref
+from pytest_retrace.evaluators.ssconvert import ConversionFailed
 from pytest_retrace.evaluators.values import as_text, mapping_or_error, short
 
 _SCALARS = (str, int, float, bool, type(None))
