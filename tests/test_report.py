@@ -14,10 +14,12 @@ import pytest
 from PIL import Image
 
 from pytest_retrace import cli
+from pytest_retrace.results.merge import merge_runs
 from pytest_retrace.results.plots import FORMATS, PLOTS, PlotError, write_plots
 from pytest_retrace.results.records import Failure, Record
-from pytest_retrace.results.report import format_report, merge_runs, render_markdown, render_report
-from pytest_retrace.results.stats import format_table, summarize
+from pytest_retrace.results.report import format_report, render_markdown, render_report
+from pytest_retrace.results.stats import summarize
+from pytest_retrace.results.tables import format_table
 from pytest_retrace.results.writers import Plots, SummaryJson, SummaryMarkdown
 
 pytest_plugins = ["pytester"]  # the real run at the end
@@ -519,7 +521,7 @@ def test_a_real_run_records_its_provenance_failed_tests_and_the_process_exit_sta
 def test_a_real_repeated_run_counts_a_case_once_in_its_interval(project: pytest.Pytester) -> None:
     """oracle on two real cases with --retrace-runs 2: 4 recovered trials, but 2 cases, so the interval is
     Wilson's for 2 of 2, not for 4 of 4; noop's 0 of 4 likewise that of 0 of 2."""
-    from pytest_retrace.results.stats import wilson_interval
+    from pytest_retrace.results.intervals import wilson_interval
 
     res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-runs=2", "-k",
                                        "typo-short or select-all-short", "--retrace-run=k2", "-n", "2",

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from pytest_retrace.results.intervals import wilson_interval
 from pytest_retrace.results.records import SCHEMA_VERSION, Record
-from pytest_retrace.results.stats import GroupStats, format_table, wilson_interval
+from pytest_retrace.results.stats import GroupStats
 from pytest_retrace.results.stats import summarize as _summarize
+from pytest_retrace.results.tables import format_table
 
 _REQUIRED = {"schema_version": SCHEMA_VERSION, "case": None, "task": None, "domain": None, "horizon": None,
              "kind": None, "budget": 10, "finished_at": "2026-11-30T00:00:00+00:00"}

@@ -29,6 +29,7 @@ from pytest_retrace.results.baseline import baseline_path, summary_block  # noqa
 from pytest_retrace.results.baseline import save as save_baseline  # noqa: E402
 from pytest_retrace.results.baseline import verdicts as baseline_verdicts  # noqa: E402
 from pytest_retrace.results.gate import CaseFileError, Gate, GateResult, format_gate  # noqa: E402
+from pytest_retrace.results import rundir  # noqa: E402
 from pytest_retrace.results.records import Failure, Record, RecordError  # noqa: E402
 from pytest_retrace.results.session import RetraceSession, new_run_name, save_artifacts  # noqa: E402
 from pytest_retrace.screen.settle import MODES as SETTLE_MODES  # noqa: E402
@@ -402,7 +403,7 @@ def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
         return settings.report_dir / (_opt(config, "run") or new_run_name([m.name for m in settings.models]))
     path = Path(resume)
     run_dir = path if path.is_absolute() or len(path.parts) > 1 else settings.report_dir / path
-    if not (run_dir / "results.jsonl").is_file():
+    if not rundir.results_file(run_dir).is_file():
         raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl: nothing to resume")
     return run_dir
 
@@ -728,7 +729,7 @@ class _Controller:
             self.session.set_exitstatus(int(self.pytest_session.exitstatus))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_retrace.results.stats import format_table
+        from pytest_retrace.results.tables import format_table
 
         summary, tr = self.session.summary, terminalreporter
         if summary is None:

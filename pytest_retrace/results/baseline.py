@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace.results import rundir
 from pytest_retrace.results.records import Record
 
 ALPHA = 0.05  # two-sided significance level of the regression test
@@ -180,7 +181,7 @@ def baseline_path(name_or_path: str, report_dir: Path) -> Path:
     """A name is reports/baselines/NAME.json; anything with a slash or a .json suffix is a path."""
     if "/" in name_or_path or name_or_path.endswith(".json"):
         return Path(name_or_path)
-    return report_dir / "baselines" / f"{name_or_path}.json"
+    return rundir.baseline_file(report_dir, name_or_path)
 
 
 def summary_block(comparisons: list[Comparison], max_drop: float) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_retrace.results import rundir
+
 if TYPE_CHECKING:
     from pytest_retrace.replay.result import Stage
     from pytest_retrace.results.records import Record
@@ -36,7 +38,7 @@ WHY_WIDTH = 100  # on a terminal, an error's text in a per-test line is cut to t
 
 
 def _progress_dir(run_dir: Path) -> Path:
-    return run_dir / ".progress"
+    return rundir.progress_dir(run_dir)
 
 
 class _Current:

@@ -12,6 +12,7 @@ change it. Readers refuse versions they do not know instead of guessing.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -184,3 +185,22 @@ def _loads(line: str) -> Any:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise RecordError(f"not JSON: {exc}") from None
+
+
+def dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
+    """One record per nodeid, and how many later records were ignored.
+
+    The first finished verdict (recovered / not recovered) of a test is final: a rerun under the same run
+    (``--lf``, a repeated command) never replaces it, or rerunning failures would turn a run into best-of-k.
+    An infrastructure error is replaced by any later record of its test: it measured nothing.
+    """
+    by_id: dict[str, Record] = {}
+    ignored = 0
+    for record in records:
+        old = by_id.get(record.nodeid)
+        if old is not None and not old.is_error:
+            ignored += 1
+            continue
+        by_id.pop(record.nodeid, None)  # re-insert so dict order follows the winning record
+        by_id[record.nodeid] = record
+    return list(by_id.values()), ignored

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.result import RecoveryResult
+from pytest_retrace.results import rundir
 from pytest_retrace.results import provenance
-from pytest_retrace.results.records import Record, RecordError
-from pytest_retrace.results.stats import _dedupe, summarize
+from pytest_retrace.results.records import Record, RecordError, dedupe
+from pytest_retrace.results.stats import summarize
 
 if TYPE_CHECKING:
     from pytest_retrace.agents import ModelConfig
@@ -38,7 +39,7 @@ def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[P
 
     if result.recovered_screenshot is None or result.target_screenshot is None:
         return []
-    out = run_dir / "artifacts" / safe_name(nodeid.split("::")[-1])
+    out = rundir.artifacts_dir(run_dir, safe_name(nodeid.split("::")[-1]))
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "recovered.png", out / "diff.png"]
     Image.fromarray(result.recovered_screenshot).save(paths[0])
@@ -60,7 +61,7 @@ class RetraceSession:
 
     @property
     def results_path(self) -> Path:
-        return self.run_dir / "results.jsonl"
+        return rundir.results_file(self.run_dir)
 
     def add(self, record: Record) -> None:
         self.records.append(record)
@@ -96,7 +97,7 @@ def failed_tests(records: list[Record]) -> list[dict[str, Any]]:
     """Every counted test that did not recover or broke, in the order they finished: what failed (R_O, R_TC,
     the error's stage and kind) and its artifacts (paths relative to the run directory)."""
     out = []
-    for r in _dedupe(records)[0]:
+    for r in dedupe(records)[0]:
         if r.verdict == "recovered":
             continue
         row: dict[str, Any] = {"nodeid": r.nodeid, "case": r.case, "model": r.model, "strategy": r.strategy,
@@ -112,7 +113,7 @@ def write_exitstatus(run_dir: Path, status: int) -> None:
     """Set ``run.exitstatus`` of the run's summary.json to the status the process exits with. The summary is
     written when the session finishes, but the status is decided after that (pytest's own plugins, and
     ``retrace run``, which has its own exit codes), so whoever decides last writes it here."""
-    path = run_dir / "summary.json"
+    path = rundir.summary_json(run_dir)
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -121,7 +122,7 @@ def write_exitstatus(run_dir: Path, status: int) -> None:
         return
     summary.setdefault("run", {})["exitstatus"] = int(status)
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    markdown = run_dir / "summary.md"  # its "Run" list names the status too (report._md_provenance)
+    markdown = rundir.summary_md(run_dir)  # its "Run" list names the status too (report._md_provenance)
     if markdown.is_file():
         text = markdown.read_text(encoding="utf-8")
         markdown.write_text(re.sub(r"(?m)^- exit status: .*$", f"- exit status: {int(status)}", text, count=1),

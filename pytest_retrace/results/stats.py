@@ -15,19 +15,7 @@ yet the other model is scored on all of them. So when several models share a (st
 cell, each group also carries ``common_*``: the rate on the cases where *no* compared model had an
 infrastructure error — the fair basis for a comparison.
 
-Why the Wilson score interval: benchmark cells are small (often 5-30 cases) and
-good or bad agents sit near 0% or 100%. There the usual normal approximation
-``p ± z·sqrt(p(1-p)/n)`` breaks down: at 0/10 or 10/10 its width collapses to zero,
-and elsewhere it can leave [0, 1]. The Wilson interval stays inside [0, 1], is never
-degenerate, and keeps close to nominal coverage for small n, at no extra cost
-(closed form, stdlib only).
-
-Repeated runs (``--retrace-runs K``, or runs merged by ``retrace report``) put K trials of each case in a
-group. Those are not K·n independent trials: a case an agent recovers once it tends to recover again (a
-deterministic baseline always does). So the interval is clustered by case (:func:`cluster_wilson_interval`):
-the Wilson interval at the *effective* sample size n_eff = p(1 - p) / V, where V is the cluster-robust
-(sandwich, CR0) variance of the pooled rate over cases. A case recovered in all K runs then weighs as one
-case, not as K trials; with one trial per case it is exactly the Wilson interval above.
+Each group's 95 % interval is clustered by case (:mod:`.intervals`); the tables are in :mod:`.tables`.
 """
 
 from __future__ import annotations
@@ -37,69 +25,12 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pytest_retrace.results.records import Record
+from pytest_retrace.results.intervals import cluster_wilson_interval
+from pytest_retrace.results.records import Record, dedupe
 
-Z_95: float = 1.959963984540054  # two-sided 95% normal quantile
 _DIGITS: int = 6
-
-
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval for ``successes`` out of ``n``; ``(0.0, 1.0)`` when ``n == 0``."""
-    if n < 0 or not 0 <= successes <= max(n, 0):
-        raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    z2 = z * z
-    denom = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    # the bounds are exactly 0 at k = 0 and exactly 1 at k = n; pin them against rounding noise
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
-
-
-def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
-    """Wilson score bounds of a share ``p`` at a (possibly fractional, effective) sample size ``n`` > 0."""
-    z2 = z * z
-    denom = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z / denom * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def cluster_wilson_interval(clusters: Iterable[tuple[int, int]], z: float = Z_95) -> tuple[float, float, float]:
-    """The 95 % interval of a pooled rate whose trials come in clusters (a case's K runs), and its effective
-    sample size: ``(low, high, n_eff)`` from ``(successes, trials)`` per cluster.
-
-    p = Σy / Σn over clusters; V = Σ (y_i - p·n_i)² / (Σn)² is the cluster-robust (CR0) variance of p, which
-    makes no assumption about how a case's runs depend on each other; n_eff = p(1 - p) / V (Kish's effective
-    sample size, N over the design effect), capped at N, the count of trials, since clustering cannot add
-    information. When every trial agrees (p = 0 or 1) V is 0 and says nothing: n_eff is then the count of
-    clusters, the conservative reading (each case one trial). So 4 of 10 cases recovered in all 3 runs and 6
-    in none give exactly ``wilson_interval(4, 10)``, and one trial per cluster gives ``wilson_interval`` itself.
-    """
-    cells = [(y, n) for y, n in clusters if n > 0]
-    for y, n in cells:
-        if not 0 <= y <= n:
-            raise ValueError(f"need 0 <= successes <= trials in a cluster, got {y}/{n}")
-    total = sum(n for _, n in cells)
-    if total == 0:
-        return 0.0, 1.0, 0.0
-    successes = sum(y for y, _ in cells)
-    p = successes / total
-    variance = math.fsum((y - p * n) ** 2 for y, n in cells) / total**2
-    if successes in (0, total):
-        n_eff = float(len(cells))
-    else:
-        n_eff = total if variance == 0 else min(float(total), p * (1 - p) / variance)
-    low, high = _wilson(p, n_eff, z)
-    # exactly 0 at no success and 1 at all successes, as wilson_interval
-    return (0.0 if successes == 0 else low), (1.0 if successes == total else high), n_eff
 
 
 @dataclass(frozen=True)
@@ -251,25 +182,6 @@ def _by_case(ok: list[Record]) -> dict[str, tuple[int, int]]:
     return {case: (y, n) for case, (y, n) in cells.items()}
 
 
-def _dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
-    """One record per nodeid, and how many later records were ignored.
-
-    The first finished verdict (recovered / not recovered) of a test is final: a rerun under the same run
-    (``--lf``, a repeated command) never replaces it, or rerunning failures would turn a run into best-of-k.
-    An infrastructure error is replaced by any later record of its test: it measured nothing.
-    """
-    by_id: dict[str, Record] = {}
-    ignored = 0
-    for record in records:
-        old = by_id.get(record.nodeid)
-        if old is not None and not old.is_error:
-            ignored += 1
-            continue
-        by_id.pop(record.nodeid, None)  # re-insert so dict order follows the winning record
-        by_id[record.nodeid] = record
-    return list(by_id.values()), ignored
-
-
 def _key(record: Record, field: str) -> str:
     value = getattr(record, field)
     return "" if value is None else str(value)
@@ -328,9 +240,9 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     "error_kinds", "n_verified_by_determinism"}`` where ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget),
     ``domains`` one per (model, strategy, budget, domain), ``kinds`` and ``horizons`` likewise per the case's
     kind and horizon, all sorted; ``n_records``/``n_errors`` count the records left after duplicate nodeids
-    are resolved (see ``_dedupe``), ``n_ignored_reruns`` the records that tried to replace a finished verdict.
+    are resolved (see :func:`~pytest_retrace.results.records.dedupe`), ``n_ignored_reruns`` the records that tried to replace a finished verdict.
     """
-    unique, ignored = _dedupe(records)
+    unique, ignored = dedupe(records)
     groups: dict[tuple[str, str, int | None], list[Record]] = {}
     cells: dict[str, dict[tuple[str, str, int | None, str], list[Record]]] = {f: {} for f in BREAKDOWNS}
     for r in unique:
@@ -363,77 +275,3 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
         "n_verified_by_determinism": sum(r.error_state_verified_by == "determinism" for r in unique
                                          if not r.is_error),
     }
-
-
-def _spread(g: dict[str, Any]) -> str:
-    if g.get("rate_mean") is None:
-        return "-"
-    sd = "-" if g.get("rate_sd") is None else f"{100 * g['rate_sd']:.1f}"
-    return f"{100 * g['rate_mean']:.1f} ± {sd} ({g['runs']})"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def format_table(summary: dict[str, Any], *, by_domain: bool = False, by: str | None = None) -> str:
-    """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values. The
-    ``shared`` column (several models only) is each rate on the cases no compared model errored on.
-    ``by`` ("domain", "kind" or "horizon") gives that breakdown; ``by_domain=True`` is ``by="domain"``."""
-    return pad_table(table_rows(summary, by="domain" if by_domain else by))
-
-
-def pad_table(rows: list[list[str]]) -> str:
-    """Rows of cells (the first the header) as left-aligned columns two spaces apart."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def table_rows(summary: dict[str, Any], *, by: str | None = None) -> list[list[str]]:
-    """The cells of :func:`format_table` (header first), for other renderings of the same table (report.py)."""
-    if by is not None and by not in BREAKDOWNS:
-        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(BREAKDOWNS)}")
-    rows_in = summary.get(BREAKDOWNS[by], []) if by else summary["groups"]
-    shared = any(g.get("common_n") is not None for g in rows_in)
-    costly = any(g.get("calls") for g in rows_in)
-    repeated = any(g.get("runs") for g in rows_in)
-    header = [
-        "model",
-        "strategy",
-        "r",
-        *([by] if by else []),
-        "n",
-        "recovered",
-        "rate",
-        "95% CI",
-        "R_O",
-        "R_TC",
-        "errors",
-        *(["runs: mean ± sd", "success@k"] if repeated else []),
-        *(["shared (n)"] if shared else []),
-        *(["calls", "cost"] if costly else []),
-    ]
-    rows = [header]
-    for g in rows_in:
-        ci = "-" if g["rate"] is None else f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}]"
-        rows.append(
-            [
-                g["model"],
-                g["strategy"],
-                "-" if g.get("budget") is None else str(g["budget"]),
-                *([g.get(by) or "-"] if by else []),
-                str(g["n"]),
-                str(g["recovered"]),
-                _pct(g["rate"]),
-                ci,
-                _pct(g["r_o_rate"]),
-                _pct(g["r_tc_rate"]),
-                str(g["errors"]),
-                *([_spread(g), " ".join(f"@{k} {_pct(v)}" for k, v in (g.get("success_at") or {}).items()) or "-"]
-                  if repeated else []),
-                *(["-" if g.get("common_n") is None else f"{_pct(g.get('common_rate'))} ({g['common_n']})"]
-                  if shared else []),
-                *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),
-            ]
-        )
-    return rows

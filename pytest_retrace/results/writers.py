@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_retrace.results import rundir
 from pytest_retrace.results.records import Record
 
 
@@ -24,7 +25,7 @@ class ResultsJsonl:
     interrupted or killed run keeps every finished result."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / "results.jsonl"
+        self.path = rundir.results_file(run_dir)
 
     @pytest.hookimpl
     def pytest_retrace_record(self, record: Record, config: pytest.Config) -> None:
@@ -40,7 +41,7 @@ class SummaryJson:
 
     @pytest.hookimpl
     def pytest_retrace_summary(self, summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
-        path = Path(run_dir) / "summary.json"
+        path = rundir.summary_json(Path(run_dir))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
@@ -53,7 +54,7 @@ class Plots:
 
     @pytest.hookimpl
     def pytest_retrace_summary(self, summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
-        out = Path(run_dir) / "plots"
+        out = rundir.plots_dir(Path(run_dir))
         errors: list[str] = []
         try:
             from pytest_retrace.results.plots import write_plots
@@ -77,8 +78,8 @@ class SummaryMarkdown:
         from pytest_retrace.results.plots import PLOTS
         from pytest_retrace.results.report import render_markdown
 
-        path = Path(run_dir) / "summary.md"
-        plots = [f"plots/{name}" for name in PLOTS if (Path(run_dir) / "plots" / name).is_file()]
+        path = rundir.summary_md(Path(run_dir))
+        plots = [f"{rundir.PLOTS}/{name}" for name in PLOTS if (rundir.plots_dir(Path(run_dir)) / name).is_file()]
         try:
             text = render_markdown(summary, self.title or f"pytest-retrace run {Path(run_dir).name}", plots)
             path.write_text(text, encoding="utf-8")

@@ -1,0 +1,82 @@
+"""The summary's tables as rows of text cells: the plain-text table of ``retrace summary`` and the end of a run,
+and the cells report.py renders as markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_retrace.results.stats import BREAKDOWNS
+
+
+def _spread(g: dict[str, Any]) -> str:
+    if g.get("rate_mean") is None:
+        return "-"
+    sd = "-" if g.get("rate_sd") is None else f"{100 * g['rate_sd']:.1f}"
+    return f"{100 * g['rate_mean']:.1f} ± {sd} ({g['runs']})"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def format_table(summary: dict[str, Any], *, by_domain: bool = False, by: str | None = None) -> str:
+    """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values. The
+    ``shared`` column (several models only) is each rate on the cases no compared model errored on.
+    ``by`` ("domain", "kind" or "horizon") gives that breakdown; ``by_domain=True`` is ``by="domain"``."""
+    return pad_table(table_rows(summary, by="domain" if by_domain else by))
+
+
+def pad_table(rows: list[list[str]]) -> str:
+    """Rows of cells (the first the header) as left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def table_rows(summary: dict[str, Any], *, by: str | None = None) -> list[list[str]]:
+    """The cells of :func:`format_table` (header first), for other renderings of the same table (report.py)."""
+    if by is not None and by not in BREAKDOWNS:
+        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(BREAKDOWNS)}")
+    rows_in = summary.get(BREAKDOWNS[by], []) if by else summary["groups"]
+    shared = any(g.get("common_n") is not None for g in rows_in)
+    costly = any(g.get("calls") for g in rows_in)
+    repeated = any(g.get("runs") for g in rows_in)
+    header = [
+        "model",
+        "strategy",
+        "r",
+        *([by] if by else []),
+        "n",
+        "recovered",
+        "rate",
+        "95% CI",
+        "R_O",
+        "R_TC",
+        "errors",
+        *(["runs: mean ± sd", "success@k"] if repeated else []),
+        *(["shared (n)"] if shared else []),
+        *(["calls", "cost"] if costly else []),
+    ]
+    rows = [header]
+    for g in rows_in:
+        ci = "-" if g["rate"] is None else f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}]"
+        rows.append(
+            [
+                g["model"],
+                g["strategy"],
+                "-" if g.get("budget") is None else str(g["budget"]),
+                *([g.get(by) or "-"] if by else []),
+                str(g["n"]),
+                str(g["recovered"]),
+                _pct(g["rate"]),
+                ci,
+                _pct(g["r_o_rate"]),
+                _pct(g["r_tc_rate"]),
+                str(g["errors"]),
+                *([_spread(g), " ".join(f"@{k} {_pct(v)}" for k, v in (g.get("success_at") or {}).items()) or "-"]
+                  if repeated else []),
+                *(["-" if g.get("common_n") is None else f"{_pct(g.get('common_rate'))} ({g['common_n']})"]
+                  if shared else []),
+                *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),
+            ]
+        )
+    return rows
