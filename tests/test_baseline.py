@@ -29,8 +29,10 @@ pytest_plugins = ["pytester"]
 
 
 def rec(case: str, recovered: bool | None, model: str = "m", run_index: int = 0) -> Record:
-    base = Record.of_error(Failure(stage="x", kind="env", message="-"), nodeid=f"{case}-{model}-{run_index}",
-                           case=None, model=model, strategy="implicit", budget=10, run_index=run_index)
+    base = Record(nodeid=f"{case}-{model}-{run_index}", case=None, task=None, domain=None, horizon=None, kind=None,
+                  model=model, strategy="implicit", budget=10, run_index=run_index,
+                  finished_at="2026-01-01T00:00:00+00:00", verdict="error",
+                  error=Failure(stage="x", kind="env", message="-"))
     if recovered is None:
         return base.model_copy(update={"case": case})
     verdict = "recovered" if recovered else "not_recovered"

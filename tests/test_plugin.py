@@ -181,7 +181,7 @@ def test_each_broken_case_file_is_one_collection_error_and_the_good_case_is_coll
     write_case(cases, "crash", VALID)
     # a loader bug: any exception, not only CaseError, must stay this one file's collection error
     pytester.makeconftest('''
-import pytest_retrace.plugin as plugin
+import pytest_retrace.plugin.collection as plugin
 
 real = plugin.load_case
 

@@ -12,6 +12,7 @@ import yaml
 from PIL import Image
 
 from pytest_retrace.actions import parse_action
+from pytest_retrace.agents import ModelConfig
 from pytest_retrace.agents.baselines import NoopAgent, OracleAgent
 from pytest_retrace.dataset.verify import Rejected, verify_candidate
 from pytest_retrace.envs.desktop import DESKTOP_MENU
@@ -20,6 +21,7 @@ from pytest_retrace.replay.cases import load_case
 from pytest_retrace.replay.probes import FileGetter, digest
 from pytest_retrace.replay.result import ReplayOptions
 from pytest_retrace.replay.run import run_case
+from pytest_retrace.results.caserun import CaseRun
 from pytest_retrace.results.records import Record
 from pytest_retrace.results.stats import summarize
 
@@ -92,7 +94,7 @@ def test_replay_checks_the_probe_and_records_whether_the_recovery_restored_it(en
     noop = run_case(env, case, NoopAgent(), opts)
     assert oracle.error is None and noop.error is None, (oracle.error, noop.error)
     assert oracle.probes == {"file ~/flag": True} and noop.probes == {"file ~/flag": False}
-    record = Record.of_result(noop, nodeid="n", case=case, model="noop", strategy="implicit", budget=2)
+    record = Record.of_result(CaseRun(case, ModelConfig("noop", "noop"), "implicit", 2), noop, nodeid="n")
     assert [(p.probe, p.restored) for p in record.probes] == [("file ~/flag", False)]
 
 
@@ -140,7 +142,7 @@ def test_a_case_verified_by_determinism_only_is_recovered_by_the_oracle_not_by_n
     assert (noop.r_o, noop.r_tc, noop.recovered) == (True, False, False)
     assert oracle.probes == {} and noop.probes == {}
     # the record and the summary say which of its tests rest on the recording alone
-    records = [Record.of_result(r, nodeid=f"n{i}", case=case, model=m, strategy="explicit-none", budget=2)
+    records = [Record.of_result(CaseRun(case, ModelConfig(m, m), "explicit-none", 2), r, nodeid=f"n{i}")
                for i, (r, m) in enumerate(((oracle, "oracle"), (noop, "noop")))]
     assert {r.error_state_verified_by for r in records} == {"determinism"}
     assert summarize(records)["n_verified_by_determinism"] == 2

@@ -13,8 +13,9 @@ from pytest_retrace.results.session import read_records
 
 
 def record(nodeid: str = "cases/x.yaml::test_recovery[x-noop-implicit-r10]", **fields: object) -> Record:
-    base = Record.of_error(Failure(stage="setup", kind="env", message="no display"), nodeid=nodeid, case=None,
-                           model="noop", strategy="implicit", budget=10)
+    base = Record(nodeid=nodeid, case=None, task=None, domain=None, horizon=None, kind=None, model="noop",
+                  strategy="implicit", budget=10, finished_at="2026-01-01T00:00:00+00:00", verdict="error",
+                  error=Failure(stage="setup", kind="env", message="no display"))
     return base.model_copy(update=fields)
 
 

@@ -49,10 +49,11 @@ from allure_commons.model2 import (
 from allure_commons.types import AttachmentType, LabelType
 from allure_commons.utils import md5, now, uuid4
 
+from pytest_retrace.results.caserun import case_run_of
+
 if TYPE_CHECKING:
     from allure_commons.reporter import AllureReporter
 
-    from pytest_retrace.plugin import CaseRun, Settings
     from pytest_retrace.replay.result import RecoveryResult, Stage
     from pytest_retrace.results.records import Record
 
@@ -86,11 +87,6 @@ ATTACH_TO = {"verify s_target": "target", "verify s_error": "error", "recover": 
              "evaluate": "evaluator"}
 
 
-def _run_of(item: pytest.Item) -> CaseRun | None:
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("retrace_run") if callspec is not None else None
-
-
 def _reporter(config: pytest.Config) -> AllureReporter | None:
     """allure-pytest's reporter (the listener's): allure-commons has no public call to put a step on a test
     rather than on the innermost running fixture, nor to move a test's start."""
@@ -101,9 +97,9 @@ def _reporter(config: pytest.Config) -> AllureReporter | None:
 class AllureWriter:
     """Registered on every process of a run given ``--alluredir`` (the controller and each xdist worker)."""
 
-    def __init__(self, results_dir: Path, settings: Settings) -> None:
+    def __init__(self, results_dir: Path, environment: dict[str, str]) -> None:
         self.results_dir = results_dir
-        self.settings = settings
+        self.environment = environment  # the run's models, env, budgets...: environment.properties' retrace.*
         self._steps: dict[int, str] = {}  # id(stage) -> Allure step uuid, while the stage runs
         self._open: list[str] = []  # uuids of the running stages, innermost last
         self._attach_to: dict[str, TestStepResult] = {}  # ATTACH_TO's values -> that step of the running test
@@ -123,14 +119,7 @@ class AllureWriter:
 
         self.results_dir.mkdir(parents=True, exist_ok=True)
         (self.results_dir / "categories.json").write_text(json.dumps(CATEGORIES, indent=2) + "\n")
-        env = {
-            "retrace.models": ", ".join(m.name for m in self.settings.models),
-            "retrace.env": self.settings.env.describe(),
-            "retrace.budgets": ", ".join(map(str, self.settings.budgets)),
-            "retrace.ssim_threshold": str(self.settings.ssim_threshold),
-            "retrace.runs": str(self.settings.runs),
-            "pytest-retrace": version("pytest-retrace"),
-        }
+        env = {**{f"retrace.{k}": v for k, v in self.environment.items()}, "pytest-retrace": version("pytest-retrace")}
         (self.results_dir / "environment.properties").write_text(
             "".join(f"{k}={v}\n" for k, v in env.items()))
 
@@ -150,7 +139,7 @@ class AllureWriter:
     # -- each test: its name, labels and parameters, before any fixture runs --------------------------
     @pytest.hookimpl(tryfirst=True)  # inside allure-pytest's setup wrapper, which has started the test result
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        run = _run_of(item)
+        run = case_run_of(item)
         reporter = _reporter(item.config)
         if run is None or reporter is None:
             return
@@ -192,7 +181,7 @@ class AllureWriter:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        run = _run_of(item)
+        run = case_run_of(item)
         if run is None:
             return
         reporter = _reporter(item.config)
@@ -253,7 +242,7 @@ class AllureWriter:
     # -- attachments, in their stages' steps --------------------------------------------------------------
     @pytest.hookimpl
     def pytest_retrace_result(self, item: pytest.Item, result: RecoveryResult, record: Record) -> None:
-        run = _run_of(item)
+        run = case_run_of(item)
         reporter = _reporter(item.config)
         test = reporter.get_test(None) if reporter is not None else None
         if run is None or test is None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_retrace.results import rundir
+from pytest_retrace.results.caserun import case_run_of
 
 if TYPE_CHECKING:
     from pytest_retrace.replay.result import Stage
@@ -50,14 +51,14 @@ class _Current:
         self.since = 0.0
 
     def update(self, item: pytest.Item, stage: Stage) -> dict[str, Any] | None:
-        run = item.callspec.params.get("retrace_run") if hasattr(item, "callspec") else None
+        run = case_run_of(item)
         if run is None:
             return None
         if item.nodeid != self.nodeid:
             self.nodeid, self.turn, self.since = item.nodeid, None, time.time()
         self.turn = stage.turn or self.turn
         return {"nodeid": item.nodeid, "case": run.case.id, "model": run.model.name, "stage": stage.name,
-                "title": stage.title, "turn": self.turn, "max_turns": 2 * run.budget + 2, "since": self.since}
+                "title": stage.title, "turn": self.turn, "max_turns": run.max_turns, "since": self.since}
 
 
 class StageFile:

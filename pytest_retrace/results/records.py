@@ -11,6 +11,7 @@ change it. Readers refuse versions they do not know instead of guessing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,11 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
-    from pytest_retrace.replay.cases import RecoveryCase
     from pytest_retrace.replay.result import RecoveryResult
+    from pytest_retrace.results.caserun import CaseRun
 
 SCHEMA_VERSION = 1
 Verdict = Literal["recovered", "not_recovered", "error"]
+# RecoveryResult fields a record holds in another form (or takes from the CaseRun: budget); every other field
+# the two share by name is copied as it is (Record.of_result)
+_CONVERTED = frozenset({"budget", "probes", "usage", "context_usage", "error"})
 
 
 class RecordError(ValueError):
@@ -112,35 +116,33 @@ class Record(_Model):
 
     # -- built here only -------------------------------------------------------------------------
     @classmethod
-    def _what(cls, nodeid: str, case: RecoveryCase | None, model: str, strategy: str, budget: int,
-              run_index: int, privileged: bool) -> dict[str, Any]:
+    def _what(cls, nodeid: str, run: CaseRun, privileged: bool) -> dict[str, Any]:
+        case = run.case
         return {
-            "nodeid": nodeid, "case": case.id if case else None, "task": case.task.id if case else None,
-            "domain": case.task.domain if case else None, "horizon": case.horizon if case else None,
-            "kind": case.metadata.get("kind") if case else None, "model": model, "strategy": strategy,
-            "budget": budget, "run_index": run_index, "privileged": privileged,
+            "nodeid": nodeid, "case": case.id, "task": case.task.id, "domain": case.task.domain,
+            "horizon": case.horizon, "kind": case.metadata.get("kind"), "model": run.model.name,
+            "strategy": run.strategy, "budget": run.budget, "run_index": run.run_index, "privileged": privileged,
             "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
 
     @classmethod
-    def of_result(cls, result: RecoveryResult, *, nodeid: str, case: RecoveryCase, model: str, strategy: str,
-                  budget: int, run_index: int = 0, privileged: bool = False,
+    def of_result(cls, run: CaseRun, result: RecoveryResult, *, nodeid: str, privileged: bool = False,
                   artifacts: dict[str, str] | None = None) -> Record:
+        """The record of a replay: what ran (``run``) and what it measured (``result``). The result's fields
+        that a record keeps as they are (same name) are copied by name; the others are converted here."""
         ev, err = result.evaluation, result.error
+        same = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+                if f.name in cls.model_fields and f.name not in _CONVERTED}
         return cls(
-            **cls._what(nodeid, case, model, strategy, budget, run_index, privileged),
+            **cls._what(nodeid, run, privileged), **same,
             verdict=result.verdict,  # type: ignore[arg-type]
-            recovered=None if err else result.recovered, r_o=result.r_o, r_tc=result.r_tc, ssim=result.ssim,
-            ssim_threshold=result.ssim_threshold, evaluator_score=ev.score if ev else None,
-            evaluator_details=list(ev.details) if ev else [],
+            recovered=None if err else result.recovered,
+            evaluator_score=ev.score if ev else None, evaluator_details=list(ev.details) if ev else [],
             screen_diff=result.diff.describe() if result.diff else result.unobserved,
             probes=[ProbeCheck(probe=p, restored=r) for p, r in result.probes.items()],
-            error_state_verified_by=case.error_state_verified_by,  # type: ignore[arg-type]
+            error_state_verified_by=run.case.error_state_verified_by,  # type: ignore[arg-type]
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
-            attempts=result.attempts, reconstruction=dict(result.reconstruction), agent_turns=result.agent_turns,
-            actions_used=result.actions_used, invalid_steps=result.invalid_steps,
-            failed_actions=result.failed_actions, cut_actions=result.cut_actions, usage=result.usage.to_dict(),
-            context_usage=result.context_usage.to_dict(), timings=dict(result.timings),
+            usage=result.usage.to_dict(), context_usage=result.context_usage.to_dict(),
             actions=[Step(stage=s.stage, **s.action, settle=s.settle, settled=s.settled, rationale=s.rationale or None,
                           error=s.error)
                      for s in result.steps],
@@ -148,11 +150,9 @@ class Record(_Model):
         )
 
     @classmethod
-    def of_error(cls, failure: Failure, *, nodeid: str, case: RecoveryCase | None, model: str, strategy: str,
-                 budget: int, run_index: int = 0, privileged: bool = False) -> Record:
-        """A test that broke before its replay produced a result (the desktop did not start, say)."""
-        return cls(**cls._what(nodeid, case, model, strategy, budget, run_index, privileged), verdict="error",
-                   error=failure)
+    def of_error(cls, run: CaseRun, failure: Failure, *, nodeid: str, privileged: bool = False) -> Record:
+        """A test that broke before its replay produced a result (the desktop did not start, its worker died)."""
+        return cls(**cls._what(nodeid, run, privileged), verdict="error", error=failure)
 
     # -- on disk: one JSON object per line -------------------------------------------------------
     def to_json(self) -> str:

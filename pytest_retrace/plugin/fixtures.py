@@ -1,0 +1,153 @@
+"""The fixtures of a recovery test, on the process that runs it (an xdist worker): one desktop per process, the
+agents and judges, and ``retrace_result``, which replays the case during set-up (so an infrastructure failure
+is a pytest *error*, never a failure); then the test's record, onto its report for the controller."""
+
+from __future__ import annotations
+
+import atexit
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_retrace.agents import ModelConfig, create_agent, create_chat
+from pytest_retrace.plugin.controller import session_key
+from pytest_retrace.plugin.options import Settings, settings_key
+from pytest_retrace.replay.cases import RecoveryCase
+from pytest_retrace.results.caserun import CaseRun, case_run_of
+from pytest_retrace.results.records import Failure, Record
+from pytest_retrace.results.session import save_artifacts
+
+record_key = pytest.StashKey[Record]()
+
+
+@pytest.fixture(scope="session")
+def retrace_env(request: pytest.FixtureRequest) -> Any:
+    """One real desktop per process (per xdist worker), reset before every case, always torn down."""
+    settings = request.config.stash[settings_key]
+    env = settings.env.create(size=settings.screen, network=settings.network, hide=settings.hide,
+                              settle=settings.settle)
+    atexit.register(env.close)  # belt and braces: also on paths that skip fixture teardown
+    try:
+        env.start()
+        yield env
+    finally:
+        env.close()
+        atexit.unregister(env.close)
+
+
+@pytest.fixture
+def retrace_case(retrace_run: CaseRun) -> RecoveryCase:
+    return retrace_run.case
+
+
+@pytest.fixture(scope="session")
+def _retrace_agents() -> Any:
+    agents: dict[str, Any] = {}
+    yield agents
+    for agent in agents.values():
+        agent.close()
+
+
+@pytest.fixture
+def retrace_agent(retrace_run: CaseRun, _retrace_agents: dict[str, Any]) -> Any:
+    """The agent under test, created once per model and process and reused across cases."""
+    key = retrace_run.model.name
+    if key not in _retrace_agents:
+        _retrace_agents[key] = create_agent(retrace_run.model)
+    return _retrace_agents[key]
+
+
+@pytest.fixture(scope="session")
+def _retrace_judges(request: pytest.FixtureRequest) -> Any:
+    """The contextualizer (explicit-context) and the state verifier, when configured: one each per process."""
+    from pytest_retrace.agents.prompts import Prompts
+    from pytest_retrace.replay.strategies import Contextualizer
+    from pytest_retrace.replay.verifier import StateVerifier
+
+    settings: Settings = request.config.stash[settings_key]
+    made: list[Any] = []
+
+    def chat(config: ModelConfig | None) -> tuple[Any, Prompts] | None:
+        if config is None:
+            return None
+        made.append(model := create_chat(config))
+        base = config.path.parent if config.path else Path.cwd()
+        return model, Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+
+    ctx, ver = chat(settings.contextualizer), chat(settings.verifier)
+    yield (Contextualizer(*ctx) if ctx else None, StateVerifier(*ver) if ver else None)
+    for model in made:
+        model.close()
+
+
+@pytest.fixture
+def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace_env: Any, retrace_agent: Any,
+                   _retrace_judges: Any) -> Any:
+    """Replay the case and run the agent (during setup: infra failures become errors, not failures)."""
+    from pytest_retrace.replay.result import ReplayOptions
+    from pytest_retrace.replay.run import run_case
+
+    settings = request.config.stash[settings_key]
+    contextualizer, verifier = _retrace_judges
+    opts = ReplayOptions(budget=retrace_run.budget, strategy=retrace_run.strategy,
+                         ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
+                         verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier,
+                         observer=_StageHooks(request.node))
+    result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
+    run_dir = run_dir_of(request.config)
+    artifacts: dict[str, str] = {}
+    if run_dir is not None and result.error is None and not result.recovered:
+        artifacts = {p.stem: str(p.relative_to(run_dir)) for p in save_artifacts(run_dir, request.node.nodeid, result)}
+    record = request.node.stash[record_key] = Record.of_result(
+        retrace_run, result, nodeid=request.node.nodeid, privileged=retrace_agent.privileged, artifacts=artifacts)
+    request.config.hook.pytest_retrace_result(item=request.node, result=result, record=record)
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+class _StageHooks:
+    """The replay's observer: each stage of a test becomes the plugin's stage hooks, where the Allure writer
+    and the progress line (and any third party) pick it up."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.item = item
+
+    def stage_start(self, stage: Any) -> None:
+        self.item.config.hook.pytest_retrace_stage_start(item=self.item, stage=stage)
+
+    def stage_end(self, stage: Any) -> None:
+        self.item.config.hook.pytest_retrace_stage_end(item=self.item, stage=stage)
+
+
+# -- the record of a test, onto its report -----------------------------------------------------------
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    run = case_run_of(item)
+    if run is None:
+        return report
+    record = item.stash.get(record_key, None)
+    from pytest_retrace.replay.result import InfraError
+
+    if call.excinfo is not None and isinstance(call.excinfo.value, InfraError):
+        # the harness knows exactly what broke: a stack trace through replay.py would only hide it
+        err = call.excinfo.value
+        report.longrepr = f"retrace infrastructure error ({err.kind}) at stage {err.stage}: {err.message}"
+    if call.when == "setup" and report.failed and record is None:
+        # the failure happened before the replay (environment start, agent construction)
+        message = str(call.excinfo.value)[:2000] if call.excinfo else "unknown"
+        record = Record.of_error(run, Failure(stage="setup", kind="env", message=message), nodeid=item.nodeid)
+    if record is not None and ((call.when == "setup" and report.failed) or call.when == "call"):
+        # a custom report attribute survives xdist's report serialization to the controller, as plain JSON
+        report.retrace_record = record.model_dump(mode="json")
+    return report
+
+
+def run_dir_of(config: pytest.Config) -> Path | None:
+    """The run directory, on the controller (its session) and on an xdist worker (told by the controller)."""
+    if session_key in config.stash:
+        return config.stash[session_key].run_dir
+    path = getattr(config, "workerinput", {}).get("retrace_run_dir")
+    return Path(path) if path else None

@@ -1,0 +1,50 @@
+"""What one test runs: a case under one model, strategy and budget (and, of ``--retrace-runs K``, which run).
+
+It is the parameter of every recovery test (plugin.collection parametrizes ``retrace_run`` with it), and what
+a record says ran (:meth:`Record.of_result`, :meth:`Record.of_error`), so the record, Allure's labels and the
+progress line all read it from here rather than from the test id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_retrace.replay.result import ReplayOptions
+
+if TYPE_CHECKING:
+    from pytest_retrace.agents import ModelConfig
+    from pytest_retrace.replay.cases import RecoveryCase
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """The parameter of one test: a case under one model, strategy and budget."""
+
+    case: RecoveryCase
+    model: ModelConfig
+    strategy: str
+    budget: int
+    run_index: int = 0  # of --retrace-runs K: 0..K-1
+    runs: int = 1
+
+    @property
+    def id(self) -> str:
+        return self.case.id + self.id_suffix(self.model.name, self.strategy, self.budget, self.run_index, self.runs)
+
+    @staticmethod
+    def id_suffix(model: str, strategy: str, budget: int, run_index: int, runs: int) -> str:
+        # repeated runs are distinct tests (never retries of one): the run index is part of the id
+        run = f"-run{run_index + 1}" if runs > 1 else ""
+        return f"-{model}-{strategy}-r{budget}{run}"
+
+    @property
+    def max_turns(self) -> int:
+        """The most model turns the replay gives the agent (ReplayOptions decides)."""
+        return ReplayOptions(budget=self.budget, strategy=self.strategy).max_turns
+
+
+def case_run_of(item: Any) -> CaseRun | None:
+    """The CaseRun a collected test item runs (its ``retrace_run`` parameter); None for any other test."""
+    callspec = getattr(item, "callspec", None)
+    run = callspec.params.get("retrace_run") if callspec is not None else None
+    return run if isinstance(run, CaseRun) else None
