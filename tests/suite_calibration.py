@@ -3,6 +3,7 @@ what the calibration checks, and written to ``cases/calibration.json`` with a di
 
     .venv/bin/python -m tests.suite_calibration          # about 30 minutes on the 2-core machine; commit the file
     .venv/bin/python -m tests.suite_calibration --check  # run it again: the flips against the recorded file
+    .venv/bin/python -m tests.suite_calibration --restamp REV  # new digests for cases unchanged since REV
 
 CI does not run the whole suite (docs in tests/test_suite.py): it checks the recorded run (its properties, and
 that it covers exactly the cases of this checkout, byte for byte) and re-runs a fixed sample against it. So a
@@ -16,6 +17,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,8 +35,8 @@ def case_files() -> list[Path]:
 
 
 def case_digest(path: Path) -> str:
-    """The case file and everything in its own directory, by path relative to cases/: the package's one case
-    digest, which every run's summary.json records too."""
+    """The case file, every file it references (also in cases/shared/) and its own directory, by path relative
+    to cases/: the package's one case digest, which every run's summary.json records too."""
     return provenance.case_digest(path, CASES_DIR)
 
 
@@ -108,10 +110,57 @@ def flips(recorded: dict, run: dict) -> list[str]:
     return out
 
 
+def restamp(rev: str, repo: Path = REPO) -> list[str]:
+    """Give the recorded cases the digests of their files as they are now, keeping their runs, where a case
+    is provably the one that was calibrated: its recorded digest is that of its files at git revision ``rev``,
+    and the case loaded there and now is the same once every file it references is replaced by its content's
+    hash (so every referenced file's bytes are equal too). For a change that only moves case data (files kept
+    once in cases/shared/), which a 30-minute calibration would only confirm. Returns the refused cases, with
+    why; the record is rewritten only when there are none."""
+    from pytest_retrace.replay.casefiles import by_content
+    from pytest_retrace.replay.cases import CaseError, load_case
+
+    cases_dir, snapshot_file = repo / "cases", repo / "cases" / "calibration.json"
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    data = json.loads(snapshot_file.read_text())
+    refused = []
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", sha, "cases"], cwd=repo, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        then_dir = Path(tmp) / "cases"
+        for case_id, entry in data["cases"].items():
+            then_file, now_file = then_dir / entry["file"], cases_dir / entry["file"]
+            try:
+                then, now = load_case(then_file), load_case(now_file)
+            except CaseError as exc:
+                refused.append(f"{case_id}: does not load: {exc}")
+                continue
+            if provenance.case_digest(then_file, then_dir) != entry["digest"]:
+                refused.append(f"{case_id}: at {sha[:12]} its files do not have the recorded digest")
+            elif by_content(then) != by_content(now):
+                refused.append(f"{case_id}: {entry['file']} at {sha[:12]} and now are not the same case")
+            else:
+                entry["digest"] = provenance.case_digest(now_file, cases_dir)
+    if not refused:
+        data.setdefault("restamps", []).append(
+            {"from": sha, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "what": "digests renewed for the same cases (python -m tests.suite_calibration --restamp); "
+                     "the runs are those of the calibration at 'commit'"})
+        snapshot_file.write_text(dumps(data))
+    return refused
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--restamp":
+        refused = restamp(argv[1])
+        print("\n".join(f"refused: {r}" for r in refused))
+        print(f"{len(refused)} case(s) refused, {SNAPSHOT.relative_to(REPO)} unchanged" if refused else
+              f"restamped {SNAPSHOT.relative_to(REPO)} against {argv[1]}")
+        return 1 if refused else 0
     check = argv == ["--check"]
     if argv and not check:
-        print("usage: python -m tests.suite_calibration [--check]", file=sys.stderr)
+        print("usage: python -m tests.suite_calibration [--check | --restamp REV]", file=sys.stderr)
         return 2
     # the whole records are kept (reports/ is not tracked): a surprising verdict needs its details to explain it
     name = time.strftime("calibration-%Y%m%d-%H%M%S")

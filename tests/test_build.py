@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from pytest_retrace.agents.baselines import ScriptAgent
-from pytest_retrace.dataset.pipeline import BuildConfig, Builder, load_catalogue
+from pytest_retrace.dataset.catalogue import load_catalogue
+from pytest_retrace.dataset.pipeline import BuildConfig, Builder
 from pytest_retrace.dataset.trajectory import Dropped, load_scripted, rollout_agent
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import Task, load_case
@@ -206,7 +207,7 @@ def test_bad_catalogue_entry_names_file_entry_and_field(tmp_path: Path, entry: s
 
 
 def test_a_built_case_carries_the_files_its_setup_and_evaluator_read(tmp_path: Path) -> None:
-    from pytest_retrace.dataset.pipeline import _with_own_files
+    from pytest_retrace.dataset.casewrite import with_own_files
     from pytest_retrace.evaluators import evaluate
     from pytest_retrace.replay.cases import Task
 
@@ -220,7 +221,7 @@ def test_a_built_case_carries_the_files_its_setup_and_evaluator_read(tmp_path: P
         "evaluator": {"func": "exact_match", "result": {"type": "local_file", "path": "data/want.txt"},
                       "expected": {"type": "local_file", "path": "data/want.txt"}}})
     domain = tmp_path / "out" / "d"
-    own = _with_own_files(task, rollout, domain, domain / "case-1")
+    own = with_own_files(task, rollout, domain, domain / "case-1")
     shutil.rmtree(rollout)  # the built case must not need its rollout any more
     assert (domain / own.setup[0].src).read_text() == "input"
     got = own.evaluator["result"]["path"]

@@ -18,7 +18,6 @@ delete a stage's file, or pass --from STAGE, to redo it and everything after it)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import random
@@ -31,112 +30,35 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
-from pydantic import TypeAdapter, ValidationError
 
-from pytest_retrace.actions import Action, parse_action
-from pytest_retrace.dataset.trajectory import Dropped, Trajectory, load_scripted, read_jsonl, write_jsonl
+from pytest_retrace.actions import Action
+from pytest_retrace.dataset.casewrite import save_png, screen_digest, write_case
+from pytest_retrace.dataset.catalogue import (
+    CATALOGUE,
+    D_FOR_HORIZON,
+    AgentPerturbation,
+    Perturbation,
+    candidate_probes,
+    load_catalogue,
+)
+from pytest_retrace.dataset.final import print_tables, sample_per_domain
+from pytest_retrace.dataset.share import share_duplicates
+from pytest_retrace.dataset.trajectory import (
+    Dropped,
+    Trajectory,
+    load_scripted,
+    read_journal,
+    read_jsonl,
+    write_jsonl,
+)
 from pytest_retrace.dataset.verify import Rejected, execute, measured_kind, verify_candidate
 from pytest_retrace.envs import EnvError, Environment
-from pytest_retrace.envs.steps import FileStep
 from pytest_retrace.evaluators import LATE_WRITES, evaluate
-from pytest_retrace.replay.cases import Task, load_png
-from pytest_retrace.replay.probes import Getter, narrowest, standard_getters
+from pytest_retrace.replay.casefiles import SHARED_DIR
+from pytest_retrace.replay.cases import load_png
+from pytest_retrace.replay.probes import narrowest
 
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
-CATALOGUE = Path(__file__).with_name("perturbations")  # one file per group of apps
-D_FOR_HORIZON = {"short": 1, "long": 5}
-# how many actions a catalogue mistake of each horizon takes: a long-horizon mistake (d = 5) that is over in
-# one or two actions would be a short one labelled long
-ACTIONS_FOR_HORIZON = {"short": (1, 1), "long": (3, 5)}
-INTENTS = ("visible", "hidden-state", "visual-only")
-_GETTERS: TypeAdapter[Getter] = TypeAdapter(Getter)
-
-
-@dataclass(frozen=True)
-class Perturbation:
-    name: str
-    domains: tuple[str, ...]
-    horizon: str
-    intent: str
-    mistake: str
-    actions: tuple[Action, ...]
-    probes: tuple[Getter, ...] = ()  # getters that may see what this mistake changed off screen
-
-    @property
-    def d(self) -> int:
-        return D_FOR_HORIZON[self.horizon]
-
-
-def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
-    """The mistake catalogue: a YAML file, or a directory of them (read in name order). A malformed entry is
-    a ValueError naming the file, the entry and the field; names must be unique across the files."""
-    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
-    out: list[Perturbation] = []
-    for file in files:
-        for p in _load_catalogue_file(file):
-            if any(q.name == p.name for q in out):
-                raise ValueError(f"{file}: entry {p.name}: the name is used twice in the catalogue {path}")
-            out.append(p)
-    return out
-
-
-def _load_catalogue_file(path: Path) -> list[Perturbation]:
-    raw_entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(raw_entries, list):
-        raise ValueError(f"{path}: expected a list of perturbations")
-    out = []
-    for i, raw in enumerate(raw_entries):
-        name = raw.get("name", "?") if isinstance(raw, dict) else repr(raw)
-        where = f"{path}: entry {i} ({name})"
-        missing = [k for k in ("name", "domains", "horizon", "intent", "mistake", "actions")
-                   if not isinstance(raw, dict) or k not in raw]
-        if missing:
-            raise ValueError(f"{where}: missing {', '.join(missing)}")
-        if raw["horizon"] not in D_FOR_HORIZON:
-            raise ValueError(f"{where}: horizon: {raw['horizon']!r} is not one of {', '.join(D_FOR_HORIZON)}")
-        if raw["intent"] not in INTENTS:
-            raise ValueError(f"{where}: intent: {raw['intent']!r} is not one of {', '.join(INTENTS)}")
-        if not isinstance(raw["actions"], list):
-            raise ValueError(f"{where}: actions: expected a list")
-        try:
-            actions = tuple(a for item in raw["actions"] for a in parse_action(item))
-        except ValueError as exc:
-            raise ValueError(f"{where}: actions: {exc}") from None
-        unknown = set(raw) - {"name", "domains", "horizon", "intent", "mistake", "actions", "probes"}
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        try:
-            probes = tuple(_GETTERS.validate_python(g) for g in raw.get("probes") or [])
-        except ValidationError as exc:
-            raise ValueError(f"{where}: probes: {exc.errors()[0]['msg']}") from None
-        p = Perturbation(raw["name"], tuple(raw["domains"]), raw["horizon"], raw["intent"], raw["mistake"], actions,
-                         probes)
-        low, high = ACTIONS_FOR_HORIZON[p.horizon]
-        if not low <= len(p.actions) <= high:
-            raise ValueError(f"{where}: actions: a {p.horizon}-horizon mistake takes {low}..{high} actions, "
-                             f"got {len(p.actions)}")
-        out.append(p)
-    return out
-
-
-@dataclass(frozen=True)
-class AgentPerturbation:
-    """The paper's LLM perturbation agent: a model, prompted to make a realistic mistake from the target
-    state within d actions (its actions become the candidate's perturbation, verified like a catalogue
-    entry's). Its intent is unknown, so its kind is measured alone."""
-
-    model: str
-    horizon: str
-    intent: None = None
-
-    @property
-    def name(self) -> str:
-        return f"agent-{self.model}-{self.horizon}"
-
-    @property
-    def d(self) -> int:
-        return D_FOR_HORIZON[self.horizon]
 
 
 @dataclass
@@ -162,74 +84,9 @@ class BuildConfig:
     catalogue: Path = CATALOGUE
 
 
-def _digest(arr: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()[:16]
-
-
-def _save_png(arr: np.ndarray, path: Path) -> None:
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(arr).save(path, optimize=True)
-
-
-def _with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path) -> Task:
-    """`task` with the files its setup writes copied into the case's own directory (``<case>/setup/``): a case
-    is read relative to its YAML, and must not depend on the rollout or OSWorld cache it was built from."""
-    steps = []
-    for i, step in enumerate(task.setup):
-        if isinstance(step, FileStep) and step.src is not None:
-            source = base_dir / step.src  # absolute for an imported OSWorld upload
-            copy = case_dir / "setup" / f"{i}-{Path(step.src).name}"
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy)
-            step = step.model_copy(update={"src": copy.relative_to(domain_dir).as_posix()})
-        steps.append(step)
-    copied: dict[str, str] = {}
-
-    def own(node: Any) -> Any:
-        # the evaluator's local_file getters (an expected file shipped with the rollout) likewise
-        if isinstance(node, list):
-            return [own(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "local_file" and isinstance(node.get("path"), str):
-            if node["path"] not in copied:
-                copy = case_dir / "expected" / f"{len(copied)}-{Path(node['path']).name}"
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(base_dir / node["path"], copy)
-                copied[node["path"]] = copy.relative_to(domain_dir).as_posix()
-            return {**node, "path": copied[node["path"]]}
-        return {k: own(v) for k, v in node.items()}
-
-    return task.model_copy(update={"setup": steps, "evaluator": own(task.evaluator)})
-
-
 def _job_key(job: tuple[Trajectory, int, Perturbation | AgentPerturbation]) -> str:
     traj, t_seed, p = job
     return f"{traj.id}@{t_seed}:{p.name}"
-
-
-def _read_journal(path: Path) -> dict[str, Any]:
-    """A stage's journal of finished jobs; a last line cut off by the interruption is skipped."""
-    done: dict[str, Any] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            done[entry["job"]] = entry["outcome"]
-    return done
-
-
-def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
-    """The getters that may tell a candidate's error state from its target state, most specific first."""
-    from pytest_retrace.replay.cases import vm_files
-
-    getters: list[Getter] = [*(getattr(p, "probes", ()) or ()), *(_GETTERS.validate_python(g) for g in traj.probes)]
-    getters += standard_getters(vm_files(traj.task.evaluator))
-    return list(dict.fromkeys(getters))  # once each, in order
 
 
 class Builder:
@@ -356,10 +213,10 @@ class Builder:
             if not ev.passed:
                 self.log(f"  {traj.id}: replay {replay + 1} failed the evaluator, dropped: {ev.details}")
                 return "inconsistent"
-            digests.append([_digest(s) for s in shots])
+            digests.append([screen_digest(s) for s in shots])
             if replay == 0:
                 for i, shot in enumerate(shots):
-                    _save_png(shot, self.cfg.work / "shots" / traj.id / f"step-{i:03d}.png")
+                    save_png(shot, self.cfg.work / "shots" / traj.id / f"step-{i:03d}.png")
         same = [i for i in range(len(digests[0])) if len({d[i] for d in digests}) == 1]
         self.log(f"  {traj.id}: {self.cfg.replays}/{self.cfg.replays} successful replays, "
                  f"{len(same)}/{len(digests[0])} screens identical across replays")
@@ -392,7 +249,7 @@ class Builder:
         # the longest stage (every candidate replayed twice): each outcome is journaled as it comes, so a run
         # stopped half way (Ctrl-C, a reboot) resumes with the candidates it had not finished
         journal = self.path("perturb").with_suffix(".partial.jsonl")
-        done = _read_journal(journal)
+        done = read_journal(journal)
         if done:
             self.log(f"[perturb] resuming: {sum(_job_key(j) in done for j in jobs)} of {len(jobs)} candidates "
                      f"done already ({journal.name})")
@@ -489,14 +346,14 @@ class Builder:
         probes = narrowest(got.probes)
         cid = f"{traj.id}-t{t_seed}-{p.name}"
         err_png = self.cfg.work / "shots" / "errors" / f"{cid}.png"
-        _save_png(got.error, err_png)
+        save_png(got.error, err_png)
         self.log(f"  {cid}: {got.kind} (SSIM {got.ssim:.4f}, remaining gt {'succeeds' if got.suffix_passes else 'fails'})")
         return {"id": cid, "trajectory": traj.id, "t_seed": t_seed, "perturbation": p.name, "intent": p.intent,
                 "horizon": p.horizon, "d": p.d, "actions": [a.to_dict() for a in actions], "mistake": mistake,
                 "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
                 "identical": got.identical, "probes": [q.model_dump(mode="json") for q in probes],
                 "error_state": got.error_state,
-                "target_digest": _digest(target), "error_digest": _digest(got.error), "error_png": str(err_png)}
+                "target_digest": screen_digest(target), "error_digest": screen_digest(got.error), "error_png": str(err_png)}
 
     # -- 5 ----------------------------------------------------------------------------------------
     def stage_final(self) -> None:
@@ -516,98 +373,24 @@ class Builder:
                 dropped["duplicate"] += 1
                 continue
             unique[key] = cand
-        by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for cand in unique.values():
-            by_domain[trajs[cand["trajectory"]].task.domain].append(cand)
-        rng = random.Random(self.cfg.seed)
-        chosen = []
-        for domain in sorted(by_domain):
-            cands = sorted(by_domain[domain], key=lambda c: c["id"])
-            # kinds in turn (each shuffled with the fixed seed), so that a domain's sample keeps every kind it
-            # has, as evenly as the candidates allow, rather than the most common one
-            per_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for c in cands:
-                per_kind[c["kind"]].append(c)
-            for group in per_kind.values():
-                rng.shuffle(group)
-            pick = []
-            while len(pick) < self.cfg.per_domain and any(per_kind.values()):
-                for kind in sorted(per_kind):
-                    if per_kind[kind] and len(pick) < self.cfg.per_domain:
-                        pick.append(per_kind[kind].pop(0))
-            dropped["sampled out"] += len(cands) - len(pick)
-            chosen += sorted(pick, key=lambda c: c["id"])
+        chosen, dropped["sampled out"] = sample_per_domain(list(unique.values()), trajs, self.cfg.per_domain,
+                                                           self.cfg.seed)
         if self.cfg.out.exists():
             shutil.rmtree(self.cfg.out)
         for cand in chosen:
-            self._write_case(trajs[cand["trajectory"]], cand)
+            write_case(self.cfg.out, self.cfg.work, trajs[cand["trajectory"]], cand)
+        # the new form: a file several cases use (a probe script, a page, a screenshot) kept once, in shared/
+        shared = share_duplicates(self.cfg.out, log=self.log)
+        self.log(f"[final] {len(shared)} case(s) use files kept once in {self.cfg.out / SHARED_DIR}")
         self._finish("final", chosen, **dropped)
-        self.tables(trajs, chosen)
+        print_tables(self.log, [(st, len(read_jsonl(self.path(st)))) for st in STAGES], trajs, chosen)
         pairs = {(c["target_digest"], c["error_digest"]) for c in chosen}
         self.log(f"\n{len(chosen)} case(s): {len(pairs)} distinct (target, error) screen pairs, "
                  f"{len({c['target_digest'] for c in chosen})} distinct targets; "
                  f"{sum(bool(c['probes']) for c in chosen)} with error-state probes")
-
-    def _write_case(self, traj: Trajectory, cand: dict[str, Any]) -> None:
-        domain_dir = self.cfg.out / traj.task.domain
-        case_dir = domain_dir / cand["id"]
-        case_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy(self.cfg.work / "shots" / traj.id / f"step-{cand['t_seed']:03d}.png", case_dir / "target.png")
-        shutil.copy(cand["error_png"], case_dir / "error.png")
-        truth = {
-            "visible": "the error shows on screen and the remaining gt actions fail from it",
-            "hidden-state": "the error screen equals the target pixel for pixel but the remaining gt actions "
-                            "fail: only R_TC can catch it",
-            "visual-only": "the remaining gt actions still succeed but the screen differs: only R_O can catch it",
-            "subtle": "the error shows on screen, but too little for SSIM (>= threshold): only R_TC catches it",
-        }[cand["kind"]]
-        task = _with_own_files(traj.task, traj.base_dir, domain_dir, case_dir)
-        doc = {
-            "id": cand["id"],
-            "task": task.model_dump(mode="json", exclude_defaults=True),
-            "trajectory": [s.action.to_dict() for s in traj.steps],
-            "t_seed": cand["t_seed"],
-            "perturbation": cand["actions"],
-            "d": cand["d"],
-            "screenshots": {"target": f"{cand['id']}/target.png", "error": f"{cand['id']}/error.png"},
-            **({"probes": cand["probes"]} if cand["probes"] else {}),
-            "metadata": {
-                "source_model": traj.source.split(":")[0], "source": traj.source, "horizon": cand["horizon"],
-                "kind": cand["kind"], "intended_kind": cand["intent"], "perturbation": cand["perturbation"],
-                "mistake": cand["mistake"],
-                "ssim_error_vs_target": cand["ssim"], "suffix_passes_from_error": cand["suffix_passes"],
-                "ground_truth": truth, "built_by": "retrace build",
-            },
-        }
-        header = f"# Generated by `retrace build` from {traj.source}; do not edit by hand.\n"
-        (domain_dir / f"{cand['id']}.yaml").write_text(
-            header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8")
 
     # -- reporting --------------------------------------------------------------------------------
     def _finish(self, stage: str, items: list[dict[str, Any]], **dropped: int) -> None:
         write_jsonl(self.path(stage), items)
         extra = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()) if v)
         self.log(f"[{stage}] kept {len(items)}" + (f"; excluded {extra}" if extra else ""))
-
-    def tables(self, trajs: dict[str, Trajectory], chosen: list[dict[str, Any]]) -> None:
-        counts = [(s, len(read_jsonl(self.path(s)))) for s in STAGES]
-        self.log("\nTable 6: counts after each stage")
-        labels = {"rollouts": "# of traj. after formatting", "consistent": "# of traj. after transition-consistent "
-                  "filtering", "seeds": "# of (traj., t_seed) targets", "perturb": "# of candidates after perturbation",
-                  "final": "# of cases after final set construction"}
-        for stage, n in counts:
-            self.log(f"  {labels[stage]:<52} {n:>5}")
-        self.log("\nTable 7: domain composition of the final set")
-        table: dict[str, Counter[str]] = defaultdict(Counter)
-        for c in chosen:
-            dom = trajs[c["trajectory"]].task.domain
-            table[dom][c["kind"]] += 1
-            table[dom][c["horizon"]] += 1
-        cols = ["visible", "subtle", "hidden-state", "visual-only", "short", "long"]
-        self.log("  " + f"{'domain':<14}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
-        for dom in sorted(table):
-            total = sum(table[dom][k] for k in cols[:4])
-            self.log("  " + f"{dom:<14}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
-        self.log(f"  {'all':<14}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
-                 + f"{len(chosen):>8}")
-

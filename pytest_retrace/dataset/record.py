@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from pytest_retrace.dataset.share import share_duplicates
 from pytest_retrace.dataset.verify import Rejected, Verified, replay, verify_candidate
 from pytest_retrace.envs import Environment
 from pytest_retrace.evaluators import LATE_WRITES, evaluate
-from pytest_retrace.replay.cases import RecoveryCase, load_case, outside_dir, vm_files
+from pytest_retrace.replay.casefiles import SHARED_DIR, outside_case, vm_files
+from pytest_retrace.replay.cases import RecoveryCase, load_case, load_png
 from pytest_retrace.replay.probes import narrowest, standard_getters
 
 
@@ -86,6 +88,10 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         for field, rel, arr in (("screenshots.target", case.screenshots.target, got.target),
                                 ("screenshots.error", case.screenshots.error, got.error)):
             _write_png(case, field, rel, arr)
+        # the new form: a screenshot another case has too is kept once, in the suite's shared folder; only where
+        # the suite keeps one (cases/shared/), so that recording a lone case never edits its neighbours
+        suite = case.dir.parent
+        share_duplicates(suite if (suite / SHARED_DIR).is_dir() else case.dir, log=lambda _: None)
     return Recording(case, got.target, got.error, got.kind, checks, case.error_state_verified_by)
 
 
@@ -116,10 +122,17 @@ def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> Non
     from PIL import Image
 
     def check_inside() -> None:
-        if problem := outside_dir(case.dir, rel):
+        if problem := outside_case(case.dir, rel, shared=False):
             raise RecordError(f"{case.path}: {field}: {problem}")
 
     png = case.dir / rel
+    if rel.startswith(f"../{SHARED_DIR}/"):
+        # other cases use this file: it may not change under them
+        if png.is_file() and np.array_equal(load_png(png), arr):
+            return
+        raise RecordError(f"{case.path}: {field}: {rel} is shared with other cases and the recorded screen "
+                          f"differs from it: point the field at a file of the case's own (such as "
+                          f"{case.id}/{field.rsplit('.', 1)[1]}.png) and record again")
     check_inside()
     png.parent.mkdir(parents=True, exist_ok=True)
     check_inside()  # and still, with the directories just made

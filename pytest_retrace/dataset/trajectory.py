@@ -119,6 +119,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def read_journal(path: Path) -> dict[str, Any]:
+    """A stage's journal of finished jobs; a last line cut off by the interruption is skipped."""
+    done: dict[str, Any] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            done[entry["job"]] = entry["outcome"]
+    return done
+
+
 def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: int = 15,
                   shots_dir: Path | None = None) -> Trajectory | Dropped:
     """Roll an agent out on a task through the Agent protocol (the paper's on-policy rollout).

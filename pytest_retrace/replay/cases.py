@@ -11,12 +11,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,9 +26,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from yaml.composer import ComposerError
-from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, SequenceNode
 
 from pytest_retrace.actions import POINTER_KINDS, Action, ActionError, parse_action
 from pytest_retrace.envs.steps import FileStep, SetupStep, Text
@@ -37,29 +33,18 @@ from pytest_retrace.envs.steps import one_line as _one_line
 from pytest_retrace.envs.steps import show as _show
 from pytest_retrace.envs.steps import text as _text
 from pytest_retrace.evaluators import EvaluatorError, validate_evaluator
-from pytest_retrace.evaluators.plan import Check, Group, compile_block
+from pytest_retrace.evaluators.plan import compile_block
+from pytest_retrace.replay.casefiles import local_files, outside_case, png_size
+from pytest_retrace.replay.caseyaml import CaseError, read_yaml
 from pytest_retrace.replay.probes import Probe
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
 
-DEFAULT_SCREEN = (1280, 800)
-
-# Case files are input, not trusted code: these bound what loading one may cost or accept.
-MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB
-# Values in the document, also once aliases are expanded (a few lines of anchors can describe 10^9): real
-# cases hold under 200, and PyYAML's pure-Python composer takes about 30 µs per value.
-MAX_YAML_NODES = 10_000
-MAX_YAML_DEPTH = 50  # nesting levels; real cases need fewer than 10, and PyYAML's composer recurses
+# Case files are input, not trusted code: these bound what loading one may cost or accept (the YAML's own
+# limits are in caseyaml.py).
 MAX_METADATA_BYTES = 64 * 1024  # metadata serialised as JSON; it is copied into every result record
 MAX_SCREEN = 8192  # pixels per screen side
 MAX_JSON_INT = 2**63  # metadata integers must fit the 64-bit range other JSON readers assume
 KINDS = ("visible", "subtle", "hidden-state", "visual-only")
-
-
-class CaseError(Exception):
-    """A case file that cannot be used; str() names the file and the field."""
-
-    def __init__(self, path: Path | str, field: str, message: str) -> None:
-        self.path, self.field, self.message = Path(path), field, message
-        super().__init__(f"{path}: {field}: {message}" if field else f"{path}: {message}")
 
 
 # --- field types ------------------------------------------------------------------------------------
@@ -83,7 +68,7 @@ Name = Annotated[str, Field(max_length=200), AfterValidator(_text), AfterValidat
 Slug = Annotated[str, Field(max_length=100), AfterValidator(_text), AfterValidator(_slug)]
 ScreenSide = Annotated[int, Field(ge=1, le=MAX_SCREEN)]
 ScreenSize = Annotated[tuple[ScreenSide, ScreenSide], BeforeValidator(_as_tuple)]
-Rect = Annotated[tuple[int, int, int, int], BeforeValidator(_as_tuple)]
+MaskRect = Annotated[Rect, BeforeValidator(_as_tuple)]  # YAML gives a list
 
 
 class _Model(BaseModel):
@@ -179,7 +164,7 @@ class RecoveryCase(_Model):
     d: int = Field(ge=1, description="recovery distance: the perturbation's step budget")
     screenshots: Screenshots
     screen: ScreenSize = DEFAULT_SCREEN
-    masks: list[Rect] = []
+    masks: list[MaskRect] = []
     probes: list[Probe] = []  # checks of s_error beyond its pixels (probes.py)
     # Declared by a hand-written hidden-state case whose error state nothing can observe (a shell alias lives
     # only in the shell's memory): `retrace record` accepts it without a probe, on its recorded determinism
@@ -223,17 +208,28 @@ class RecoveryCase(_Model):
         return self
 
     def _check_paths(self) -> None:
-        """Every file the case names must lie inside its directory, after `..` and symlinks are resolved:
-        the recorder writes the screenshots, and setup and the evaluator read the others."""
+        """Every file the case names must lie inside its directory or, for a screenshot or a setup file, inside
+        the suite's shared folder, after `..` and symlinks are resolved: the recorder writes the screenshots,
+        and setup and the evaluator read the others."""
+        for field, rel in self.references():
+            # the evaluator confines local_file to the case directory where it reads the file
+            problem = outside_case(self.dir, rel, shared=not field.startswith("task.evaluator"))
+            if problem:
+                raise ValueError(f"{field}: {problem}")
+
+    def references(self) -> list[tuple[str, str]]:
+        """(field, path relative to the case directory) of every file the case names: its screenshots, the
+        files its setup copies in, the evaluator's local files. A case's YAML says everything it uses."""
         named = [("screenshots.target", self.screenshots.target),
                  ("screenshots.error", self.screenshots.error)]
         named += [(f"task.setup[{i}].src", step.src) for i, step in enumerate(self.task.setup)
                   if isinstance(step, FileStep) and step.src is not None]
-        named += _local_files(compile_block(self.task.evaluator, "task.evaluator"))
-        for field, rel in named:
-            problem = outside_dir(self.dir, rel)
-            if problem:
-                raise ValueError(f"{field}: {problem}")
+        return named + list(local_files(compile_block(self.task.evaluator, "task.evaluator")))
+
+    def files(self) -> dict[str, Path]:
+        """Field -> the file it names, as a normalised path (``..`` folded: ``cases/shared/x``, not
+        ``cases/browser/../shared/x``)."""
+        return {field: Path(os.path.normpath(self.dir / rel)) for field, rel in self.references()}
 
     # -- derived -----------------------------------------------------------------------------------
     @property
@@ -273,52 +269,6 @@ class RecoveryCase(_Model):
         return str(self.metadata.get("horizon", "short" if self.d == 1 else "long"))
 
 
-def outside_dir(base: Path, rel: str) -> str | None:
-    """Why `rel` (relative to `base`) leaves `base` once `..` and symlinks are resolved, or None."""
-    try:
-        root = base.resolve()
-        target = (root / rel).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte
-        return f"{_show(rel)} cannot be resolved: {exc}"
-    if target != root and root in target.parents:
-        return None
-    return f"{_show(rel)} is outside the case directory {base}"
-
-
-def _local_files(plan: Group | Check) -> Iterator[tuple[str, str]]:
-    """(field, path) of every local_file getter in a compiled evaluator."""
-    if isinstance(plan, Group):
-        for item in plan.items:
-            yield from _local_files(item)
-        return
-    for block, where in ((plan.result, plan.result_where), (plan.expected, plan.expected_where)):
-        if block is not None and block.get("type") == "local_file":
-            yield f"{where}.path", block["path"]
-
-
-def vm_files(evaluator: dict[str, Any]) -> list[str]:
-    """The task files (``vm_file`` getters) an evaluator reads: what a task's outcome depends on."""
-    def walk(plan: Group | Check) -> Iterator[str]:
-        if isinstance(plan, Group):
-            for item in plan.items:
-                yield from walk(item)
-            return
-        for block in (plan.result, plan.expected):
-            if block is not None and block.get("type") == "vm_file":
-                yield block["path"]
-
-    return list(dict.fromkeys(walk(compile_block(evaluator, "task.evaluator"))))
-
-
-def _png_size(path: Path) -> tuple[int, int]:
-    """Width and height from the PNG header, without decoding the image (collection must stay fast)."""
-    with path.open("rb") as fh:
-        head = fh.read(24)
-    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
-        raise ValueError("is not a PNG file")
-    return struct.unpack(">II", head[16:24])
-
-
 def _field_of(loc: tuple[Any, ...]) -> str:
     out = ""
     for i, part in enumerate(loc):
@@ -333,100 +283,12 @@ def _field_of(loc: tuple[Any, ...]) -> str:
     return out
 
 
-class _CaseLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, minus what a case file never needs and a hostile one can abuse: duplicate keys
-    (PyYAML silently keeps the last), nesting deep enough to exhaust the composer's recursion, aliases
-    that expand to millions of values (a "billion laughs"), and integers too long to convert."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        # checked while composing, so that a huge or deep document is abandoned early, not after the fact
-        self._nodes += 1
-        if self._nodes > MAX_YAML_NODES:
-            raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values", self.peek_event().start_mark)
-        if self._depth >= MAX_YAML_DEPTH:
-            mark = self.peek_event().start_mark
-            raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def compose_document(self) -> Node:
-        node = super().compose_document()
-        # Walk the document as construction will see it, every alias expanded, and stop at the cap:
-        # the walk itself is bounded, also for a recursive alias (`&a [*a]`), which exceeds the depth.
-        count, stack = 0, [(node, 1)]
-        while stack:
-            item, depth = stack.pop()
-            count += 1
-            if count > MAX_YAML_NODES:
-                raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values once aliases are "
-                                    "expanded", item.start_mark)
-            if depth > MAX_YAML_DEPTH:
-                raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels once aliases "
-                                    "are expanded", item.start_mark)
-            if isinstance(item, SequenceNode):
-                stack += [(child, depth + 1) for child in item.value]
-            elif isinstance(item, MappingNode):
-                stack += [(child, depth + 1) for pair in item.value for child in pair]
-        return node
-
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden by the mapping's own keys
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                continue  # unhashable: the base class reports it
-            if duplicate:
-                raise ConstructorError("while constructing a mapping", node.start_mark,
-                                       f"found duplicate key {_show(key)}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-    def construct_yaml_int(self, node: Node) -> int:
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # over Python's int-to-str limit (4300 digits)
-            raise ConstructorError(None, None, "integer too large", node.start_mark) from None
-
-
-_CaseLoader.add_constructor("tag:yaml.org,2002:int", _CaseLoader.construct_yaml_int)
-
-
-def _read_yaml(path: Path) -> Any:
-    """The YAML document of a case file, or CaseError; the file is size-checked before it is parsed."""
-    try:
-        if not path.is_file():  # a FIFO or a device would block or never end
-            raise CaseError(path, "", "not a regular file" if path.exists() else "file not found")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
-        return yaml.load(data.decode("utf-8"), Loader=_CaseLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise CaseError(path, where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CaseError(path, "", f"cannot read: {exc}") from None
-
-
 def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCase:
     """Load and validate one case file; raise CaseError naming the file and the field.
 
     ``check_screenshots=False`` is for the recorder, which is about to write them."""
     path = Path(path)
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise CaseError(path, "", f"top level must be a mapping, got {type(raw).__name__}")
     raw.setdefault("id", path.stem)
@@ -447,13 +309,16 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
             field = f"task.{sub}" if field else sub
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
         raise CaseError(path, field or "", msg + more) from None
+    for field, file in case.files().items():
+        if not field.startswith("screenshots.") and not file.is_file():
+            raise CaseError(path, field, f"file not found: {file}")
     if not check_screenshots:
         return case
     for field, png in (("screenshots.target", case.target_png), ("screenshots.error", case.error_png)):
         if not png.is_file():
             raise CaseError(path, field, f"file not found: {png}")
         try:
-            size = _png_size(png)
+            size = png_size(png)
         except (OSError, ValueError, struct.error) as exc:
             raise CaseError(path, field, f"{png.name}: {exc}") from None
         if tuple(size) != tuple(case.screen):

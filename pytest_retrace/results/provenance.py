@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import importlib.metadata
+import os
 import platform
 import re
 import subprocess
@@ -19,6 +20,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pytest_retrace.replay.cases import CaseError, load_case
 
 if TYPE_CHECKING:
     from pytest_retrace.agents import ModelConfig
@@ -33,14 +36,23 @@ _SECRET = re.compile(r"(?i)(\b[\w-]*(?:key|token|secret|password|passwd|auth)[\w
 
 
 def case_digest(path: Path, root: Path | None = None) -> str:
-    """The case file and everything in its own directory (screenshots, setup files), by path relative to
-    ``root`` (default: the directory holding the app directories, ``cases/`` for ``cases/<app>/<case>.yaml``)."""
+    """The case file, every file it references (screenshots, setup files, the evaluator's local files, also
+    those kept once in the suite's shared folder) and anything else in its own directory, by path relative to
+    ``root`` (default: the directory holding the app directories, ``cases/`` for ``cases/<app>/<case>.yaml``).
+    A changed shared file changes the digest of every case that uses it. For a case whose files all lie in its
+    own directory this is the digest of the file and that directory, as it was before cases shared files."""
     root = path.parent.parent if root is None else root
-    h = hashlib.sha256()
     own = path.with_suffix("")
-    for f in [path, *sorted(p for p in own.rglob("*") if p.is_file())] if own.is_dir() else [path]:
-        h.update(str(f.relative_to(root)).encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+    files = {p for p in own.rglob("*") if p.is_file()} if own.is_dir() else set()
+    try:
+        files |= set(load_case(path, check_screenshots=False).files().values())
+    except CaseError:
+        pass  # a case that no longer loads: its file and own directory still say what it was
+    h = hashlib.sha256()
+    for rel in [Path(os.path.relpath(path, root)), *sorted({Path(os.path.relpath(f, root)) for f in files})]:
+        f = root / rel
+        h.update(str(rel).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"missing")
     return "sha256:" + h.hexdigest()
 
 

@@ -1,0 +1,117 @@
+"""Reading a case file's YAML safely: size-checked, and parsed by a SafeLoader that refuses what a case file
+never needs and a hostile one can abuse (duplicate keys, deep nesting, alias bombs, huge integers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from pytest_retrace.envs.steps import show as _show
+
+# Case files are input, not trusted code: these bound what loading one may cost or accept.
+MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB
+# Values in the document, also once aliases are expanded (a few lines of anchors can describe 10^9): real
+# cases hold under 200, and PyYAML's pure-Python composer takes about 30 µs per value.
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 50  # nesting levels; real cases need fewer than 10, and PyYAML's composer recurses
+
+
+class CaseError(Exception):
+    """A case file that cannot be used; str() names the file and the field."""
+
+    def __init__(self, path: Path | str, field: str, message: str) -> None:
+        self.path, self.field, self.message = Path(path), field, message
+        super().__init__(f"{path}: {field}: {message}" if field else f"{path}: {message}")
+
+
+class CaseLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, minus what a case file never needs and a hostile one can abuse: duplicate keys
+    (PyYAML silently keeps the last), nesting deep enough to exhaust the composer's recursion, aliases
+    that expand to millions of values (a "billion laughs"), and integers too long to convert."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        # checked while composing, so that a huge or deep document is abandoned early, not after the fact
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values", self.peek_event().start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Node:
+        node = super().compose_document()
+        # Walk the document as construction will see it, every alias expanded, and stop at the cap:
+        # the walk itself is bounded, also for a recursive alias (`&a [*a]`), which exceeds the depth.
+        count, stack = 0, [(node, 1)]
+        while stack:
+            item, depth = stack.pop()
+            count += 1
+            if count > MAX_YAML_NODES:
+                raise ComposerError(None, None, f"more than {MAX_YAML_NODES} values once aliases are "
+                                    "expanded", item.start_mark)
+            if depth > MAX_YAML_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels once aliases "
+                                    "are expanded", item.start_mark)
+            if isinstance(item, SequenceNode):
+                stack += [(child, depth + 1) for child in item.value]
+            elif isinstance(item, MappingNode):
+                stack += [(child, depth + 1) for pair in item.value for child in pair]
+        return node
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden by the mapping's own keys
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # unhashable: the base class reports it
+            if duplicate:
+                raise ConstructorError("while constructing a mapping", node.start_mark,
+                                       f"found duplicate key {_show(key)}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Node) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # over Python's int-to-str limit (4300 digits)
+            raise ConstructorError(None, None, "integer too large", node.start_mark) from None
+
+
+CaseLoader.add_constructor("tag:yaml.org,2002:int", CaseLoader.construct_yaml_int)
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document of a case file, or CaseError; the file is size-checked before it is parsed."""
+    try:
+        if not path.is_file():  # a FIFO or a device would block or never end
+            raise CaseError(path, "", "not a regular file" if path.exists() else "file not found")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
+        return yaml.load(data.decode("utf-8"), Loader=CaseLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CaseError(path, where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaseError(path, "", f"cannot read: {exc}") from None
