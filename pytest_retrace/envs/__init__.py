@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from pytest_retrace.actions import Action
     from pytest_retrace.envs.steps import TaskSetup
+    from pytest_retrace.screen.frames import Rect
     from pytest_retrace.screen.settle import Settled
 
-Rect = tuple[int, int, int, int]  # x, y, w, h
 ENTRY_POINT_GROUP = "pytest_retrace.environments"
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.envs.steps import ActivateStep, AnyStep, CommandStep, FileStep, SettleStep, TaskSetup
-from pytest_retrace.screen.settle import Rect, SettleConfig, apply_masks, changed_pixels, wait_stable
+from pytest_retrace.screen.frames import Rect, apply_masks, changed_pixels
+from pytest_retrace.screen.settle import SettleConfig, wait_stable
 
 # `activate`, run by the environment's shell: OSWorld's server runs `wmctrl -a NAME` (-F: the exact title, -x:
 # WM_CLASS), once. Here a launch returns before its window shows and OSWorld's `sleep` steps are not kept, so

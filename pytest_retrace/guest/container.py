@@ -30,6 +30,7 @@ from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, task_environment, 
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.guest.config import GuestConfig, GuestError
 from pytest_retrace.guest.server import read_token, serve
+from pytest_retrace.screen.frames import DEFAULT_SCREEN
 
 DISPLAY_NUMBER = 0
 PORT = 5000
@@ -105,7 +106,7 @@ def _exit_on_stdin_eof() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_retrace.guest.container")
-    parser.add_argument("--size", default="1280x800", help="the screen, WxH")
+    parser.add_argument("--size", default="{}x{}".format(*DEFAULT_SCREEN), help="the screen, WxH")
     parser.add_argument("--exit-on-stdin-eof", action="store_true")
     args = parser.parse_args(argv)
     width, _, height = args.size.partition("x")

@@ -21,6 +21,7 @@ from pytest_retrace.agents import (
 from pytest_retrace.envs.config import EnvConfig, EnvConfigError, load_env_config
 from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.gate import Gate
+from pytest_retrace.screen.frames import DEFAULT_SCREEN
 from pytest_retrace.screen.settle import MODES as SETTLE_MODES
 from pytest_retrace.screen.settle import SIGNALS as SETTLE_SIGNALS
 from pytest_retrace.screen.settle import SettleConfig
@@ -54,7 +55,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
     "attempts": ("string", "3", "tries to reconstruct the target/error state before an infra error"),
     "verify-tolerance": ("string", "0", "differing pixels allowed when verifying a reconstructed state"),
-    "screen": ("string", "1280x800", "desktop size WxH"),
+    "screen": ("string", "{}x{}".format(*DEFAULT_SCREEN), "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
     "fail-under": ("string", None, "CI gate: every model x strategy x budget must recover at least this share "

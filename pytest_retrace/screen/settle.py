@@ -27,7 +27,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-Rect = tuple[int, int, int, int]
+from pytest_retrace.screen.frames import Rect, apply_masks, changed_pixels
+
 MODES = ("adaptive", "fixed")
 SIGNALS = ("damage", "poll")
 
@@ -54,20 +55,6 @@ class Settled:
     seconds: float
     stable: bool  # False when the cap was hit while the screen still changed
     frame: np.ndarray  # the last frame grabbed (RGB): callers reuse it as the observation
-
-
-def apply_masks(frame: np.ndarray, masks: Sequence[Rect], fill: int = 0) -> np.ndarray:
-    if not masks:
-        return frame
-    out = frame.copy()
-    for x, y, w, h in masks:
-        out[y : y + h, x : x + w] = fill
-    return out
-
-
-def changed_pixels(a: np.ndarray, b: np.ndarray) -> int:
-    diff = a != b
-    return int(diff.any(axis=2).sum() if diff.ndim == 3 else diff.sum())
 
 
 def _differ(a: np.ndarray, b: np.ndarray, tolerance: int) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_retrace.screen.settle import Rect, apply_masks
+from pytest_retrace.screen.frames import Rect, apply_masks
 
 
 def _gray(rgb: np.ndarray) -> np.ndarray:

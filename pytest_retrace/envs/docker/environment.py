@@ -60,7 +60,8 @@ from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.remote.pool import worker_index
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import commands, typable
-from pytest_retrace.screen.settle import Rect, SettleConfig, Settled
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.screen.settle import SettleConfig, Settled
 
 LABEL = "pytest-retrace"
 GUEST_PORT = 5000
@@ -125,7 +126,7 @@ class _Container:
 class DockerEnvironment:
     name = "docker"
 
-    def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
+    def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
                  hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
                  pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = False) -> None:

@@ -77,7 +77,8 @@ from pytest_retrace.envs.remote.client import (
 from pytest_retrace.envs.remote.pool import parse_reset, parse_urls, worker_index
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
-from pytest_retrace.screen.settle import Rect, SettleConfig, Settled, wait_stable
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 MAX_UPLOAD = 64 * 1024 * 1024  # one written file (retrace guest's limit)
 RESET_TIMEOUT = 600.0  # seconds a reset command may take
@@ -88,7 +89,7 @@ _WINDOW_POLL = 0.1
 class RemoteEnvironment:
     name = "remote"
 
-    def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
+    def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), urls: str | Sequence[str] | None = None,
                  urls_file: str | Path | None = None, token_env: str | None = None, reset: str | None = None,
                  timeout: float = 30.0, python: str = "python") -> None:

@@ -42,7 +42,8 @@ from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, t
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
-from pytest_retrace.screen.settle import Rect, SettleConfig, Settled, wait_stable
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 NETWORK_MODES = ("none", "host")
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
@@ -51,7 +52,7 @@ MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator r
 class XvfbEnvironment(XDesktop):
     name = "xvfb"
 
-    def __init__(self, size: tuple[int, int] = (1280, 800), settle: SettleConfig | None = None,
+    def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), memory_limit: int = MEMORY_LIMIT) -> None:
         if network not in NETWORK_MODES:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORK_MODES)}")

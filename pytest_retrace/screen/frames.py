@@ -1,0 +1,27 @@
+"""Screen frames: the default screen size, the rectangle type (x, y, w, h) that masks and boxes use, and the two
+pixel operations every comparison shares: blanking masked rectangles and counting changed pixels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only methods of the frames are called: the guest imports DEFAULT_SCREEN without numpy
+    import numpy as np
+
+DEFAULT_SCREEN = (1280, 800)  # width, height: every built-in case's screen, and every environment's default
+Rect = tuple[int, int, int, int]  # x, y, w, h
+
+
+def apply_masks(frame: np.ndarray, masks: Sequence[Rect], fill: int = 0) -> np.ndarray:
+    if not masks:
+        return frame
+    out = frame.copy()
+    for x, y, w, h in masks:
+        out[y : y + h, x : x + w] = fill
+    return out
+
+
+def changed_pixels(a: np.ndarray, b: np.ndarray) -> int:
+    diff = a != b
+    return int(diff.any(axis=2).sum() if diff.ndim == 3 else diff.sum())
