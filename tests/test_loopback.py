@@ -1,17 +1,22 @@
-"""The loopback provider server (pytest_retrace.testing.loopback) through the official SDKs: its replies parse
+"""The loopback provider server (pytest_retrace.testing) through the official SDKs: its replies parse
 into the SDKs' typed models, its strict checks refuse wrong requests the way the real APIs do, and it serves
 many slow requests at once."""
 
 from __future__ import annotations
 
 import base64
+import importlib
+import inspect
 import io
 import json
+import pkgutil
+import re
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -23,6 +28,7 @@ from anthropic.types import ComputerToolUseBlock
 from anthropic.types.beta import BetaComputerToolUseBlock
 from PIL import Image
 
+from pytest_retrace import testing
 from pytest_retrace.testing import (
     LoopbackServer,
     Reply,
@@ -1073,3 +1079,29 @@ def test_server_stops_cleanly() -> None:
     assert thread is not None and not thread.is_alive()
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+# --- the package's one list of names --------------------------------------------------------------------------
+
+
+def test_testing_all_is_what_the_package_offers() -> None:
+    """`pytest_retrace.testing.__all__` names only what exists, every public class and function the package's
+    modules define, and every `pytest_retrace.testing.<name>` the docs mention."""
+    names = testing.__all__
+    assert len(names) == len(set(names)), "a name is listed twice"
+    assert [n for n in names if not hasattr(testing, n)] == []
+    defined = set()
+    for module_info in pkgutil.iter_modules(testing.__path__, testing.__name__ + "."):
+        module = importlib.import_module(module_info.name)
+        defined |= {
+            name
+            for name, obj in vars(module).items()
+            if not name.startswith("_")
+            and (inspect.isclass(obj) or inspect.isfunction(obj))
+            and obj.__module__ == module.__name__
+        }
+    assert defined - set(names) == set(), "public but not in testing.__all__"
+    root = Path(__file__).resolve().parents[1]
+    docs = [root / "README.md", *(root / "docs").glob("*.md")]
+    mentioned = {m for doc in docs for m in re.findall(r"pytest_retrace\.testing\.(\w+)", doc.read_text())}
+    assert mentioned - set(names) == set(), "the docs name what testing does not export"

@@ -25,7 +25,7 @@ from pytest_retrace.agents.llm import redacted_errors
 from pytest_retrace.agents.prompts import Text
 from pytest_retrace.agents.secrets import PLACEHOLDER, RedactedError, redact, register_secret
 from pytest_retrace.agents.transport import CallStats, Transport, TransportOptions
-from pytest_retrace.testing.loopback import EchoingCredentials, LoopbackServer
+from pytest_retrace.testing import EchoingCredentials, LoopbackServer
 
 from .helpers import REPO, records
 
