@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from pytest_retrace.results import rundir
 from pytest_retrace.testing import LoopbackServer, UndoingClaude
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def run(workers: int, agents: Path, reports: Path, extra: list[str]) -> tuple[fl
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     elapsed = time.monotonic() - start
-    path = reports / name / "results.jsonl"
+    path = rundir.results_file(reports / name)
     if proc.returncode not in (0, 1) or not path.exists():
         sys.exit(f"-n {workers} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return elapsed, [json.loads(line) for line in path.read_text().splitlines()]

@@ -47,14 +47,10 @@ class PairedDiff:
 
     @property
     def diff_points(self) -> float | None:
-        if self.rate_a is None or self.rate_b is None:
-            return None
-        return 100 * (self.rate_a - self.rate_b)
+        return _points(self.rate_a, self.rate_b)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["diff_points"] = self.diff_points
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
+        return _rounded({**asdict(self), "diff_points": self.diff_points})
 
 
 @dataclass(frozen=True)
@@ -77,15 +73,19 @@ class RunDiff:
 
     @property
     def change_points(self) -> float | None:
-        if self.rate_before is None or self.rate_after is None:
-            return None
-        return 100 * (self.rate_after - self.rate_before)
+        return _points(self.rate_after, self.rate_before)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["change_points"] = self.change_points
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
+        return _rounded({**asdict(self), "change_points": self.change_points})
 
+
+def _points(rate: float | None, than: float | None) -> float | None:
+    """How many percentage points `rate` is above `than` (None if either is)."""
+    return None if rate is None or than is None else 100 * (rate - than)
+
+
+def _rounded(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
 
 
 def comparisons(per_run: list[list[Record]]) -> list[PairedDiff]:

@@ -10,6 +10,8 @@ another command reads is named here, and every module builds those paths with th
         artifacts/<test>/       a test's images for a human to check (the recovered screen, its diff)
         .progress/              the workers' live progress (progress.py)
       baselines/<name>.json     saved baselines (--retrace-save-baseline, --retrace-baseline NAME)
+
+``retrace report --out DIR`` lays out its directory as a run's: report.md beside plots/, linked relatively.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 RESULTS = "results.jsonl"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
+REPORT_MD = "report.md"  # retrace report --out
 PLOTS = "plots"  # summary.md links its figures relative to the run directory: plots/<name>
 ARTIFACTS = "artifacts"
 PROGRESS = ".progress"
@@ -35,6 +38,10 @@ def summary_json(run_dir: Path) -> Path:
 
 def summary_md(run_dir: Path) -> Path:
     return run_dir / SUMMARY_MD
+
+
+def report_md(out: Path) -> Path:
+    return out / REPORT_MD
 
 
 def plots_dir(run_dir: Path) -> Path:
