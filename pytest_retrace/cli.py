@@ -21,16 +21,15 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from pytest_retrace.envs.config import EnvConfig
-    from pytest_retrace.results.summary import Summary
 
 
 class _Outcome:
     """The run's summary, received through the plugin's own hook like any third-party writer would."""
 
-    summary: Summary | None = None
+    summary: dict | None = None
     run_dir: str | None = None
 
-    def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: object) -> None:
+    def pytest_retrace_summary(self, summary: dict, run_dir: str, config: object) -> None:
         self.summary, self.run_dir = summary, run_dir
 
 
@@ -60,15 +59,19 @@ def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> i
     argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *quiet, *_joined(extra)]
     code = pytest.main(argv, plugins=[outcome])
     summary = outcome.summary
-    if summary is None:
-        return int(code)  # no summary: a usage error, collect-only, interrupted early
-    status = summary.exit_status(code, measuring=True)  # the one place that decides (results/summary.py)
-    if status == pytest.ExitCode.USAGE_ERROR != code:
-        # the case files that did not load, named here too: --tb=no hides pytest's own report of them
-        print(f"retrace run: {summary.run.collection_errors} case file(s) could not be loaded:", file=sys.stderr)
-        for error in summary.run.case_file_errors:
-            print(f"  {error.file}: {error.error}", file=sys.stderr)
-    return status
+    if summary is None or "gate" in summary:
+        return int(code)  # no summary (usage error, collect-only, interrupted early), or the gate decided
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return int(code)
+    if summary["run"].get("collection_errors"):
+        # named here too: --tb=no hides pytest's own report of collection errors
+        errors = summary["run"].get("case_file_errors", [])
+        print(f"retrace run: {summary['run']['collection_errors']} case file(s) could not be loaded:",
+              file=sys.stderr)
+        for error in errors:
+            print(f"  {error['file']}: {error['error']}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    return 0
 
 
 def _joined(argv: list[str]) -> list[str]:
@@ -124,7 +127,7 @@ def _harness_files(paths: list[str]) -> list[Path]:
 
 
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
-    from pytest_retrace.dataset.record import RecordingError, record_case
+    from pytest_retrace.dataset.record import RecordError, record_case
     from pytest_retrace.envs import EnvError, Environment
     from pytest_retrace.replay.cases import CaseError, load_case
 
@@ -141,7 +144,7 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
                     envs[size] = env_config.create(size=size, hide=_harness_files(args.paths))
                     envs[size].start()
                 rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)
-            except (RecordingError, CaseError, EnvError) as exc:
+            except (RecordError, CaseError, EnvError) as exc:
                 failed += 1
                 print(f"FAILED {exc}")
                 continue
