@@ -89,6 +89,11 @@ def test_pipeline_builds_verified_cases_and_resumes(env: XvfbEnvironment, tmp_pa
     for case in cases:
         assert case.task.id == "mini-files" and case.d == 1 and case.metadata["ground_truth"]
         assert case.target_png.is_file() and case.error_png.is_file()
+    # written in the new form: the target both cases have (one trajectory, one t_seed) is kept once, in shared/
+    files = [p for p in (tmp_path / "cases").rglob("*") if p.is_file()]
+    assert len({p.read_bytes() for p in files}) == len(files)
+    assert {c.screenshots.target for c in cases} == {cases[0].screenshots.target}
+    assert cases[0].target_png.resolve().parent == tmp_path / "cases" / "shared"
 
     log.clear()
     Builder(cfg, [env], log=log.append).run()  # everything is done: nothing replays again
