@@ -108,6 +108,30 @@ def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) 
     assert list(outside.iterdir()) == []
 
 
+def test_recorded_screenshots_are_kept_once_in_the_suites_shared_folder(tmp_path: Path) -> None:
+    """No desktop: the write step alone. A recorded screen another case has too goes to cases/shared/, and a
+    shared screenshot is never overwritten under the other cases that use it."""
+    from pytest_retrace.dataset.record import write_screenshots
+
+    suite = tmp_path / "cases"
+    (suite / "shared").mkdir(parents=True)
+    (suite / "app").mkdir()
+    a, b = (load_case(write_case(suite / "app", name, ["pyautogui.write('zz')"]), check_screenshots=False)
+            for name in ("a", "b"))
+    black, white = np.zeros((2, 3, 3), dtype=np.uint8), np.full((2, 3, 3), 255, dtype=np.uint8)
+    write_screenshots(a, black, white)
+    write_screenshots(b, black, black)
+    a, b = (load_case(c.path, check_screenshots=False) for c in (a, b))
+    assert a.screenshots.target == b.screenshots.target == b.screenshots.error
+    assert a.screenshots.target.startswith("../shared/screen-") and a.screenshots.error == "a/error.png"
+    assert not (suite / "app" / "b").exists()
+    write_screenshots(b, black, black)  # the same screens again: nothing changes
+    with pytest.raises(RecordError, match=r"b\.yaml: screenshots\.target: \.\./shared/screen-.*\.png is shared "
+                                           r"with other cases and the recorded screen differs"):
+        write_screenshots(b, white, black)
+    assert np.array_equal(load_png(a.target_png), black)
+
+
 @pytest.mark.desktop
 def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,13 +85,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     if intent is not None and intent != got.kind:
         checks.append(f"note: metadata says {intent!r}, measured {got.kind!r}")
     if write:
-        for field, rel, arr in (("screenshots.target", case.screenshots.target, got.target),
-                                ("screenshots.error", case.screenshots.error, got.error)):
-            _write_png(case, field, rel, arr)
-        # the new form: a screenshot another case has too is kept once, in the suite's shared folder; only where
-        # the suite keeps one (cases/shared/), so that recording a lone case never edits its neighbours
-        suite = case.dir.parent
-        share_duplicates(suite if (suite / SHARED_DIR).is_dir() else case.dir, log=lambda _: None)
+        write_screenshots(case, got.target, got.error)
     return Recording(case, got.target, got.error, got.kind, checks, case.error_state_verified_by)
 
 
@@ -110,6 +104,17 @@ def _declaration_holds(path: Path, got: Verified, replays: int) -> str:
                           f"and add:\n{snippet}")
     return (f"error state verified by determinism only (declared): no probe tells s_error from s_target, and the "
             f"remaining gt actions failed from it on {replays}/{replays} replays; replay checks its pixels only")
+
+
+def write_screenshots(case: RecoveryCase, target: np.ndarray, error: np.ndarray) -> None:
+    """Write a recorded case's two screenshots, in the suite's new form: a screenshot that another case (or
+    this one's other) has too is then kept once (dataset.share). Across cases only in a suite that keeps a
+    shared folder (cases/shared/), so that recording a lone case never edits the files beside it."""
+    for name, rel, arr in (("screenshots.target", case.screenshots.target, target),
+                           ("screenshots.error", case.screenshots.error, error)):
+        _write_png(case, name, rel, arr)
+    suite = case.dir.parent
+    share_duplicates(suite if (suite / SHARED_DIR).is_dir() else case.dir, log=lambda _: None)
 
 
 def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> None:
