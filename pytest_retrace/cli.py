@@ -127,7 +127,7 @@ def _harness_files(paths: list[str]) -> list[Path]:
 
 
 def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
-    from pytest_retrace.dataset.record import RecordError, record_case
+    from pytest_retrace.dataset.record import RecordingError, record_case
     from pytest_retrace.envs import EnvError, Environment
     from pytest_retrace.replay.cases import CaseError, load_case
 
@@ -144,7 +144,7 @@ def _cmd_record(args: argparse.Namespace, extra: list[str]) -> int:
                     envs[size] = env_config.create(size=size, hide=_harness_files(args.paths))
                     envs[size].start()
                 rec = record_case(path, envs[size], replays=args.replays, threshold=args.ssim_threshold)
-            except (RecordError, CaseError, EnvError) as exc:
+            except (RecordingError, CaseError, EnvError) as exc:
                 failed += 1
                 print(f"FAILED {exc}")
                 continue

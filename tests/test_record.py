@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pytest_retrace import cli
-from pytest_retrace.dataset.record import RecordError, record_case
+from pytest_retrace.dataset.record import RecordingError, record_case
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import load_case, load_png
 
@@ -35,7 +35,7 @@ def write_case(root: Path, name: str, perturbation: list[str], task: dict[str, A
 def test_hidden_state_case_is_recorded_with_identical_screens(env: XvfbEnvironment, tmp_path: Path) -> None:
     path = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], kind="hidden-state")
     # identical screens: without a probe replay could never tell whether the mistake happened
-    with pytest.raises(RecordError, match=r"cd-away\.yaml: probes: the error screen equals the target") as exc:
+    with pytest.raises(RecordingError, match=r"cd-away\.yaml: probes: the error screen equals the target") as exc:
         record_case(path, env, replays=2)
     suggested = yaml.safe_load(str(exc.value).split("add:\n", 1)[1])
     assert [p["get"]["command"] for p in suggested["probes"]] == [
@@ -63,7 +63,7 @@ def test_visual_only_case_is_recorded(env: XvfbEnvironment, tmp_path: Path) -> N
 def test_harmless_invisible_mistake_is_refused_and_nothing_written(env: XvfbEnvironment, tmp_path: Path) -> None:
     # the pointer is not drawn (Xvfb -nocursor) and moving it changes nothing: not a mistake at all
     path = write_case(tmp_path, "moved", ["pyautogui.moveTo(300, 300)"])
-    with pytest.raises(RecordError, match=r"moved\.yaml: not an error: .*screen matches the target \(SSIM 1\.0000"):
+    with pytest.raises(RecordingError, match=r"moved\.yaml: not an error: .*screen matches the target \(SSIM 1\.0000"):
         record_case(path, env, replays=2)
     assert not (tmp_path / "moved").exists()
 
@@ -71,7 +71,7 @@ def test_harmless_invisible_mistake_is_refused_and_nothing_written(env: XvfbEnvi
 @pytest.mark.desktop
 def test_harmless_mistake_meant_as_visible_is_refused(env: XvfbEnvironment, tmp_path: Path) -> None:
     path = write_case(tmp_path, "meant-visible", ["pyautogui.write('help | head -40\\n')"], kind="visible")
-    with pytest.raises(RecordError, match=r"not an error: .*intended visible"):
+    with pytest.raises(RecordingError, match=r"not an error: .*intended visible"):
         record_case(path, env, replays=2)
 
 
@@ -103,7 +103,7 @@ def test_screenshots_are_written_inside_the_case_directory_only(tmp_path: Path) 
     (case_dir / "x" / "target.png").unlink()
     (case_dir / "x").rmdir()
     (case_dir / "x").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(RecordError, match=r"x\.yaml: screenshots\.error: 'x/error\.png' is outside the case dir"):
+    with pytest.raises(RecordingError, match=r"x\.yaml: screenshots\.error: 'x/error\.png' is outside the case dir"):
         _write_png(case, "screenshots.error", case.screenshots.error, pixels)
     assert list(outside.iterdir()) == []
 
@@ -126,7 +126,7 @@ def test_recorded_screenshots_are_kept_once_in_the_suites_shared_folder(tmp_path
     assert a.screenshots.target.startswith("../shared/screen-") and a.screenshots.error == "a/error.png"
     assert not (suite / "app" / "b").exists()
     write_screenshots(b, black, black)  # the same screens again: nothing changes
-    with pytest.raises(RecordError, match=r"b\.yaml: screenshots\.target: \.\./shared/screen-.*\.png is shared "
+    with pytest.raises(RecordingError, match=r"b\.yaml: screenshots\.target: \.\./shared/screen-.*\.png is shared "
                                            r"with other cases and the recorded screen differs"):
         write_screenshots(b, white, black)
     assert np.array_equal(load_png(a.target_png), black)
@@ -142,7 +142,7 @@ def test_cli_record_goes_on_after_a_case_crashes_the_recorder(tmp_path: Path, ca
     first = write_case(tmp_path, "first", ["pyautogui.write('zz')"])
     second = write_case(tmp_path, "second", ["pyautogui.write('zz')"])
 
-    def flaky(path, env, **kwargs):  # noqa: ANN001, ANN202, ARG001 - stands in for a recorder bug on one case
+    def flaky(path, env, **kwargs):
         if Path(path) == first:
             raise KeyError("a bug")
         return types.SimpleNamespace(kind="visible", checks=[])
@@ -161,7 +161,7 @@ def test_an_alias_nothing_can_observe_is_recorded_only_when_declared(env: XvfbEn
     doc = yaml.safe_load(ALIAS.read_text())
     undeclared = tmp_path / "alias-echo.yaml"
     undeclared.write_text(yaml.safe_dump({k: v for k, v in doc.items() if k != "verified_by"}, sort_keys=False))
-    with pytest.raises(RecordError, match=r"alias-echo\.yaml: unverifiable: the error screen equals the target .*"
+    with pytest.raises(RecordingError, match=r"alias-echo\.yaml: unverifiable: the error screen equals the target .*"
                                           r"declare `verified_by: determinism`"):
         record_case(undeclared, env, replays=3)
     assert not (tmp_path / "alias-echo").exists()
@@ -178,10 +178,10 @@ def test_an_alias_nothing_can_observe_is_recorded_only_when_declared(env: XvfbEn
 def test_a_declaration_a_probe_or_the_screen_makes_needless_is_refused(env: XvfbEnvironment, tmp_path: Path) -> None:
     # `cd /tmp` shows in the shell's working directory: the probe, not the declaration, must verify it
     cd_away = write_case(tmp_path, "cd-away", ["pyautogui.write('cd /tmp && clear\\n')"], verified_by="determinism")
-    with pytest.raises(RecordError, match=r"cd-away\.yaml: verified_by: command 'for p in /proc.* tells s_error from "
+    with pytest.raises(RecordingError, match=r"cd-away\.yaml: verified_by: command 'for p in /proc.* tells s_error from "
                                           r"s_target on every one of 2 replays.*drop `verified_by: determinism` and add:"):
         record_case(cd_away, env, replays=2)
     typo = write_case(tmp_path, "typo", ["pyautogui.write('zz')"], verified_by="determinism")
-    with pytest.raises(RecordError, match=r"typo\.yaml: verified_by: the error screen differs from the target"):
+    with pytest.raises(RecordingError, match=r"typo\.yaml: verified_by: the error screen differs from the target"):
         record_case(typo, env, replays=2)
     assert not (tmp_path / "cd-away").exists() and not (tmp_path / "typo").exists()

@@ -23,7 +23,7 @@ from pytest_retrace.replay.cases import RecoveryCase, load_case, load_png
 from pytest_retrace.replay.probes import narrowest, standard_getters
 
 
-class RecordError(Exception):
+class RecordingError(Exception):
     """The case cannot be recorded as written: the message says which check failed."""
 
 
@@ -44,7 +44,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         replay(env, case.task, case.dir, case.trajectory)
         ev = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
         if not ev.passed:
-            raise RecordError(f"{path}: full trajectory failed the evaluator on replay {i + 1}: {ev.details}")
+            raise RecordingError(f"{path}: full trajectory failed the evaluator on replay {i + 1}: {ev.details}")
     checks = [f"full trajectory succeeds on {replays}/{replays} replays"]
     # a case may declare the kind its author meant; a harmless mistake then has to be meant as visual-only
     intent = case.metadata.get("intended_kind", case.metadata.get("kind"))
@@ -59,7 +59,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         hint = ("; if nothing the task exposes can see the error state (it lives only in a process's memory: a "
                 "shell alias, an undo history), declare `verified_by: determinism` (docs/cases.md)"
                 if exc.reason == "unverifiable" else "")
-        raise RecordError(f"{path}: {exc.reason}: {exc}{hint}") from None
+        raise RecordingError(f"{path}: {exc.reason}: {exc}{hint}") from None
     found = {p.get: p.target for p in got.probes}
     if declared:
         checks.append(_declaration_holds(path, got, replays))
@@ -67,15 +67,15 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         # a hidden-state case must say how replay can tell its error state from the target: suggest a probe
         snippet = yaml.safe_dump({"probes": [q.model_dump(mode="json") for q in narrowest(got.probes)]},
                                  sort_keys=False, width=200)
-        raise RecordError(f"{path}: probes: the error screen equals the target screen, so the case needs a probe "
+        raise RecordingError(f"{path}: probes: the error screen equals the target screen, so the case needs a probe "
                           f"that replay can check after the perturbation; measured on {replays} replays, add:\n"
                           f"{snippet}")
     for i, probe in enumerate(case.probes):
         if probe.get not in found:
-            raise RecordError(f"{path}: probes[{i}]: {probe.describe()} does not tell s_error from s_target on "
+            raise RecordingError(f"{path}: probes[{i}]: {probe.describe()} does not tell s_error from s_target on "
                               f"every replay")
         if found[probe.get] != probe.target:
-            raise RecordError(f"{path}: probes[{i}].target: measured {found[probe.get]} at s_target, the case "
+            raise RecordingError(f"{path}: probes[{i}].target: measured {found[probe.get]} at s_target, the case "
                               f"says {probe.target}")
         checks.append(f"probe {probe.describe()}: its target value, and another one after the perturbation")
     checks += [f"{name} screen reproducible ({px} px differ at most over {replays} replays)"
@@ -90,16 +90,16 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
 
 
 def _declaration_holds(path: Path, got: Verified, replays: int) -> str:
-    """The check line for a case declaring `verified_by: determinism`, or RecordError when the declaration is
+    """The check line for a case declaring `verified_by: determinism`, or RecordingError when the declaration is
     not needed: a differing screen or a probe verifies the error state on every replay, and a declaration that
     drops that check would only weaken the case."""
     if not got.identical:
-        raise RecordError(f"{path}: verified_by: the error screen differs from the target screen, so replay's "
+        raise RecordingError(f"{path}: verified_by: the error screen differs from the target screen, so replay's "
                           "pixel check verifies the error state: drop `verified_by: determinism`")
     if got.probes:
         snippet = yaml.safe_dump({"probes": [q.model_dump(mode="json") for q in narrowest(got.probes)]},
                                  sort_keys=False, width=200)
-        raise RecordError(f"{path}: verified_by: {got.probes[0].describe()} tells s_error from s_target on every "
+        raise RecordingError(f"{path}: verified_by: {got.probes[0].describe()} tells s_error from s_target on every "
                           f"one of {replays} replays, so replay can check it: drop `verified_by: determinism` "
                           f"and add:\n{snippet}")
     return (f"error state verified by determinism only (declared): no probe tells s_error from s_target, and the "
@@ -107,14 +107,15 @@ def _declaration_holds(path: Path, got: Verified, replays: int) -> str:
 
 
 def write_screenshots(case: RecoveryCase, target: np.ndarray, error: np.ndarray) -> None:
-    """Write a recorded case's two screenshots, in the suite's new form: a screenshot that another case (or
-    this one's other) has too is then kept once (dataset.share). Across cases only in a suite that keeps a
-    shared folder (cases/shared/), so that recording a lone case never edits the files beside it."""
+    """Write a recorded case's two screenshots, in the suite's new form: in a suite that keeps a shared folder
+    (cases/shared/), a screenshot that another case (or this one's other) has too is then kept once
+    (dataset.share). Elsewhere nothing else changes: recording a lone case never edits the files beside it."""
     for name, rel, arr in (("screenshots.target", case.screenshots.target, target),
                            ("screenshots.error", case.screenshots.error, error)):
         _write_png(case, name, rel, arr)
     suite = case.dir.parent
-    share_duplicates(suite if (suite / SHARED_DIR).is_dir() else case.dir, log=lambda _: None)
+    if (suite / SHARED_DIR).is_dir():
+        share_duplicates(suite, log=lambda _: None)
 
 
 def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> None:
@@ -128,14 +129,14 @@ def _write_png(case: RecoveryCase, field: str, rel: str, arr: np.ndarray) -> Non
 
     def check_inside() -> None:
         if problem := outside_case(case.dir, rel, shared=False):
-            raise RecordError(f"{case.path}: {field}: {problem}")
+            raise RecordingError(f"{case.path}: {field}: {problem}")
 
     png = case.dir / rel
     if rel.startswith(f"../{SHARED_DIR}/"):
         # other cases use this file: it may not change under them
         if png.is_file() and np.array_equal(load_png(png), arr):
             return
-        raise RecordError(f"{case.path}: {field}: {rel} is shared with other cases and the recorded screen "
+        raise RecordingError(f"{case.path}: {field}: {rel} is shared with other cases and the recorded screen "
                           f"differs from it: point the field at a file of the case's own (such as "
                           f"{case.id}/{field.rsplit('.', 1)[1]}.png) and record again")
     check_inside()
