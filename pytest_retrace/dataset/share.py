@@ -34,12 +34,15 @@ class Site:
 def _shared_name(site: Site, digest: str) -> str:
     """A shared file's name: what it is, and the start of its content hash (two versions never collide)."""
     stem = "screen" if site.field.startswith("screenshots.") else re.sub(r"^\d+-", "", Path(site.rel).stem)
-    return f"{stem or 'file'}-{digest.removeprefix('sha256:')[:12]}{Path(site.rel).suffix}"
+    suffix = Path(site.rel).suffix
+    # the plugin collects every YAML under a case root as a case: a shared YAML file must not look like one
+    suffix += ".txt" if suffix in (".yaml", ".yml") else ""
+    return f"{stem or 'file'}-{digest.removeprefix('sha256:')[:12]}{suffix}"
 
 
-def _sites(root: Path, log: Callable[[str], object]) -> list[Site]:
+def _sites(files: list[Path], log: Callable[[str], object]) -> list[Site]:
     out = []
-    for path in sorted(root.glob("*/*.yaml")):
+    for path in files:
         try:
             case = load_case(path, check_screenshots=False)
         except CaseError as exc:
@@ -72,10 +75,12 @@ def _rewrite(case: RecoveryCase, moves: dict[str, str]) -> bool:
 
 
 def share_duplicates(root: Path, log: Callable[[str], object] = print) -> list[Path]:
-    """Keep every file the cases under ``root/<app>/*.yaml`` name once; return the case files changed."""
+    """Keep every file the cases of the suite in ``root`` (``root/<app>/*.yaml``) name once, shared ones in
+    ``root/shared/``; return the case files changed. A file that no case names any more is removed."""
     root = Path(os.path.normpath(root))
+    files = sorted(root.glob("*/*.yaml"))
     by_hash: dict[str, list[Site]] = defaultdict(list)
-    for site in _sites(root, log):
+    for site in _sites(files, log):
         by_hash[file_hash(site.file)].append(site)
     shared = root / SHARED_DIR
     moves: dict[Path, dict[str, str]] = defaultdict(dict)  # case file -> old rel -> new rel
@@ -106,7 +111,7 @@ def share_duplicates(root: Path, log: Callable[[str], object] = print) -> list[P
         else:
             log(f"  not shared: {path}: the edited file would not be the same case")
     # the copies no case names any more
-    still = {s.file for s in _sites(root, lambda _: None)}
+    still = {s.file for s in _sites(files, lambda _: None)}
     for sites in by_hash.values():
         for s in sites:
             if s.file not in still and s.file.exists():
