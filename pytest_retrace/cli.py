@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from pytest_retrace.envs.config import EnvConfig
+    from pytest_retrace.results.summary import Summary
 
 
 class _Outcome:
     """The run's summary, received through the plugin's own hook like any third-party writer would."""
 
-    summary: dict | None = None
+    summary: Summary | None = None
     run_dir: str | None = None
 
-    def pytest_retrace_summary(self, summary: dict, run_dir: str, config: object) -> None:
+    def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: object) -> None:
         self.summary, self.run_dir = summary, run_dir
 
 
@@ -59,19 +60,15 @@ def _measure(args: argparse.Namespace, extra: list[str], outcome: _Outcome) -> i
     argv = [f"--retrace-model={args.model}", *(["-n", args.workers] if args.workers else []), *quiet, *_joined(extra)]
     code = pytest.main(argv, plugins=[outcome])
     summary = outcome.summary
-    if summary is None or "gate" in summary:
-        return int(code)  # no summary (usage error, collect-only, interrupted early), or the gate decided
-    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        return int(code)
-    if summary["run"].get("collection_errors"):
-        # named here too: --tb=no hides pytest's own report of collection errors
-        errors = summary["run"].get("case_file_errors", [])
-        print(f"retrace run: {summary['run']['collection_errors']} case file(s) could not be loaded:",
-              file=sys.stderr)
-        for error in errors:
-            print(f"  {error['file']}: {error['error']}", file=sys.stderr)
-        return int(pytest.ExitCode.USAGE_ERROR)
-    return 0
+    if summary is None:
+        return int(code)  # no summary: a usage error, collect-only, interrupted early
+    status = summary.exit_status(code, measuring=True)  # the one place that decides (results/summary.py)
+    if status == pytest.ExitCode.USAGE_ERROR != code:
+        # the case files that did not load, named here too: --tb=no hides pytest's own report of them
+        print(f"retrace run: {summary.run.collection_errors} case file(s) could not be loaded:", file=sys.stderr)
+        for error in summary.run.case_file_errors:
+            print(f"  {error.file}: {error.error}", file=sys.stderr)
+    return status
 
 
 def _joined(argv: list[str]) -> list[str]:

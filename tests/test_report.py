@@ -19,6 +19,7 @@ from pytest_retrace.results.plots import FORMATS, PLOTS, PlotError, write_plots
 from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.report import format_report, render_markdown, render_report
 from pytest_retrace.results.stats import summarize
+from pytest_retrace.results.summary import RunInfo, Summary, build_summary
 from pytest_retrace.results.tables import format_table
 from pytest_retrace.results.writers import Plots, SummaryJson, SummaryMarkdown
 
@@ -50,6 +51,13 @@ def write_run(run_dir: Path, records: list[Record]) -> Path:
 def row(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
     [found] = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
     return found
+
+
+def run_summary(records: list[Record]) -> Summary:
+    """The typed summary the plugin hands its summary writers, for a run of these records."""
+    run = RunInfo(models=sorted({r.model for r in records}), env="xvfb", budgets=[10], ssim_threshold=0.99,
+                  exitstatus=0)
+    return build_summary(records, run)
 
 
 class _Config:
@@ -278,7 +286,8 @@ def test_a_case_whose_files_changed_between_runs_is_warned_about(tmp_path: Path)
         for name in ("typo-short", "select-all-short"):
             session.add(rec(name, "F", domain="mousepad"))
         write_run(session.run_dir, session.records)
-        summary = session.finish({}, root=tmp_path)
+        summary = session.finish({"models": ["m"], "env": "xvfb", "budgets": [10], "ssim_threshold": 0.99,
+                                  "exitstatus": 0}, root=tmp_path)
         SummaryJson().pytest_retrace_summary(summary=summary, run_dir=str(session.run_dir), config=_Config())
         assert summary["run"]["cases"]["typo-short"] == {"file": "cases/mousepad/typo-short.yaml",
                                                          "digest": case_digest(cases / "typo-short.yaml")}
@@ -376,7 +385,7 @@ def test_a_failed_plot_is_named_and_the_others_still_written(tmp_path: Path) -> 
 
 def test_writers_write_summary_json_md_and_plots(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run7", varied_records())
-    summary = summarize(varied_records())
+    summary = run_summary(varied_records())
     config: Any = _Config()
     for writer in (SummaryJson(), Plots(), SummaryMarkdown()):  # the markdown writer runs last (trylast)
         writer.pytest_retrace_summary(summary=summary, run_dir=str(run_dir), config=config)
@@ -391,10 +400,10 @@ def test_a_plot_writer_failure_never_fails_the_run(tmp_path: Path, capsys: pytes
     run_dir = write_run(tmp_path / "run", [rec("a", "R")])
     (run_dir / "plots").write_text("a file where the plots directory belongs")
     config: Any = _Config()
-    Plots().pytest_retrace_summary(summary=summarize([rec("a", "R")]), run_dir=str(run_dir), config=config)
+    Plots().pytest_retrace_summary(summary=run_summary([rec("a", "R")]), run_dir=str(run_dir), config=config)
     err = capsys.readouterr().err
     assert f"retrace: plot not written: {run_dir / 'plots'}: FileExistsError" in err
-    SummaryMarkdown().pytest_retrace_summary(summary=summarize([rec("a", "R")]), run_dir=str(run_dir),
+    SummaryMarkdown().pytest_retrace_summary(summary=run_summary([rec("a", "R")]), run_dir=str(run_dir),
                                              config=config)
     assert "## Plots" not in (run_dir / "summary.md").read_text()  # links only plots that exist
 

@@ -12,7 +12,7 @@ import pytest
 from pytest_retrace.plugin.collection import case_runs
 from pytest_retrace.plugin.options import option, settings_key
 from pytest_retrace.replay.cases import load_case
-from pytest_retrace.results.baseline import baseline_path, summary_block
+from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.baseline import save as save_baseline
 from pytest_retrace.results.baseline import verdicts as baseline_verdicts
 from pytest_retrace.results.gate import CaseFileError, GateResult, format_gate
@@ -82,30 +82,25 @@ class Controller:
         if self.config.option.collectonly:
             return  # nothing ran: no run directory, no summary
         settings = self.config.stash[settings_key]
+        errors = list(self.case_file_errors.values())
         summary = self.session.finish({
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
-            "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus),
-            "sample": settings.sample,  # --retrace-sample K: the first K cases of every app x kind only
-            "collection_errors": len(self.case_file_errors),
-            "case_file_errors": [{"file": e.file, "error": e.error} for e in self.case_file_errors.values()],
+            "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus), "sample": settings.sample,
+            "collection_errors": len(errors), "case_file_errors": [{"file": e.file, "error": e.error} for e in errors],
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
         self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
-        if settings.gate.active and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-            # the gate, not single recovery failures, decides (an interrupted or broken session keeps its status)
-            gate = self.gate = settings.gate.evaluate(summary, self.session.records,
-                                                      list(self.case_file_errors.values()))
-            summary["gate"] = {"passed": gate.passed, "problems": gate.problems, "notes": gate.notes,
-                               "strict": settings.gate.strict}
-            if settings.gate.baseline:
-                summary["gate"]["baseline"] = {"path": str(settings.gate.baseline),
-                                               **summary_block(gate.comparisons, settings.gate.max_drop)}
-            session.exitstatus = pytest.ExitCode.OK if gate.passed else pytest.ExitCode.TESTS_FAILED
+        # an interrupted or broken session keeps its status: no gate, no baseline saved from it
+        completed = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if settings.gate.active and completed:
+            self.gate = settings.gate.evaluate(summary, self.session.records, errors)
+            summary = summary.gated(self.gate.verdict(settings.gate))
         name = option(self.config, "save-baseline")
-        if name and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if name and completed:
             self.saved_baseline = baseline_path(str(name), settings.report_dir)
             save_baseline(self.saved_baseline, self.session.run_dir.name, self.session.records)
-            summary["run"]["saved_baseline"] = str(self.saved_baseline)
-        summary["run"]["exitstatus"] = int(session.exitstatus)  # as the gate left it
+            summary = summary.with_run(saved_baseline=str(self.saved_baseline))
+        session.exitstatus = summary.exit_status(exitstatus)
+        summary = self.session.summary = summary.with_run(exitstatus=int(session.exitstatus))
         self.config.hook.pytest_retrace_summary(summary=summary, run_dir=str(self.session.run_dir), config=self.config)
 
     def pytest_unconfigure(self) -> None:
@@ -119,14 +114,14 @@ class Controller:
         if summary is None:
             return
         tr.write_sep("=", "retrace recovery summary")
-        tr.write_line(format_table(summary))
-        if len({d["domain"] for d in summary.get("domains", [])}) > 1:
+        tr.write_line(format_table(summary.to_dict()))
+        if len({d.domain for d in summary.domains}) > 1:
             tr.write_line("")
-            tr.write_line(format_table(summary, by_domain=True))
-        if summary.get("n_errors"):
-            tr.write_line(f"infrastructure errors (excluded from rates): {summary['error_kinds']}")
-        if summary.get("n_ignored_reruns"):
-            tr.write_line(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict in this run "
+            tr.write_line(format_table(summary.to_dict(), by_domain=True))
+        if summary.n_errors:
+            tr.write_line(f"infrastructure errors (excluded from rates): {summary.error_kinds}")
+        if summary.n_ignored_reruns:
+            tr.write_line(f"{summary.n_ignored_reruns} rerun(s) of tests that already had a verdict in this run "
                           f"were ignored: a finished verdict is final (a new measurement needs a new --retrace-run)")
         if self.case_file_errors:  # pytest's own report of them is hidden under `retrace run` (--tb=no)
             tr.write_line(f"{len(self.case_file_errors)} case file(s) could not be loaded (not in any rate):",

@@ -1,6 +1,6 @@
 """The plugin's own hooks (added through pytest_addhooks), for extensions such as report writers,
 dashboards or CI gates. The built-in writers implement them too: results.jsonl and summary.json
-(writers.py), Allure (allure_writer.py), the live progress line (progress.py).
+(results/writers.py), Allure (results/allure.py), the live progress line (results/progress.py).
 
 Where they run: ``pytest_retrace_record`` and ``pytest_retrace_summary`` on the controller (or the only
 process without xdist), where every test's record arrives; the stage and result hooks on the process that
@@ -8,13 +8,14 @@ runs the test (an xdist worker), where the desktop and the screenshots are."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from pytest_retrace.replay.result import RecoveryResult, Stage
     from pytest_retrace.results.records import Record
+    from pytest_retrace.results.summary import Summary
 
 
 @pytest.hookspec
@@ -23,8 +24,9 @@ def pytest_retrace_record(record: Record, config: pytest.Config) -> None:
 
 
 @pytest.hookspec
-def pytest_retrace_summary(summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
-    """The session's summary (summary.json, with its ``schema_version``) was computed from all records."""
+def pytest_retrace_summary(summary: Summary, run_dir: str, config: pytest.Config) -> None:
+    """The session's summary was computed from all records: typed and versioned (results/summary.py), its
+    ``to_dict()`` is summary.json; ``summary["groups"]`` still reads summary.json's keys, as the dict it was."""
 
 
 @pytest.hookspec

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_retrace.results import baseline as _baseline
+from pytest_retrace.results.summary import GateVerdict, Summary
 
 if TYPE_CHECKING:
     from pytest_retrace.results.records import Record
@@ -51,6 +52,13 @@ class GateResult:
     def passed(self) -> bool:
         return not self.problems
 
+    def verdict(self, gate: Gate) -> GateVerdict:
+        """What summary.json says of it: the verdict, why, and with a baseline every group's comparison."""
+        baseline = None if gate.baseline is None else {"path": str(gate.baseline),
+                                                      **_baseline.summary_block(self.comparisons, gate.max_drop)}
+        return GateVerdict(passed=self.passed, problems=self.problems, notes=self.notes, strict=gate.strict,
+                           baseline=baseline)
+
 
 @dataclass(frozen=True)
 class Gate:
@@ -69,7 +77,7 @@ class Gate:
         return _baseline.compare(_baseline.load(self.baseline), _baseline.verdicts(records),
                                  _baseline.errored(records))
 
-    def evaluate(self, summary: dict[str, Any], records: list[Record],
+    def evaluate(self, summary: Summary, records: list[Record],
                  case_file_errors: Sequence[CaseFileError] = ()) -> GateResult:
         problems: list[str] = []
         comparisons: list[_baseline.Comparison] = []
@@ -117,20 +125,20 @@ class Gate:
                 out.append(f"{c.name}: {c.describe_power()}; --retrace-gate-strict fails the gate on this")
         return out
 
-    def problems(self, summary: dict[str, Any], case_file_errors: Sequence[CaseFileError] = ()) -> list[str]:
+    def problems(self, summary: Summary, case_file_errors: Sequence[CaseFileError] = ()) -> list[str]:
         """Why the run fails the gate's checks on the summary and the collection; empty when it passes."""
         out = []
         if case_file_errors:
             out.append(describe_case_file_errors(case_file_errors))
-        if self.max_errors is not None and summary["n_errors"] > self.max_errors:
-            out.append(f"{summary['n_errors']} infrastructure error(s) > --retrace-max-errors {self.max_errors} "
-                       f"({', '.join(f'{k}: {v}' for k, v in summary['error_kinds'].items())})")
+        if self.max_errors is not None and summary.n_errors > self.max_errors:
+            out.append(f"{summary.n_errors} infrastructure error(s) > --retrace-max-errors {self.max_errors} "
+                       f"({', '.join(f'{k}: {v}' for k, v in summary.error_kinds.items())})")
         if self.fail_under is not None:
-            for g in summary["groups"]:
-                if g["rate"] is None or g["rate"] < self.fail_under:
-                    rate = "no finished case" if g["rate"] is None else f"{100 * g['rate']:.1f}%"
-                    out.append(f"{g['model']} {g['strategy']} r={g['budget']}: recovery rate {rate} "
-                               f"< --retrace-fail-under {100 * self.fail_under:.1f}% (n={g['n']})")
+            for g in summary.groups:
+                if g.rate is None or g.rate < self.fail_under:
+                    rate = "no finished case" if g.rate is None else f"{100 * g.rate:.1f}%"
+                    out.append(f"{g.model} {g.strategy} r={g.budget}: recovery rate {rate} "
+                               f"< --retrace-fail-under {100 * self.fail_under:.1f}% (n={g.n})")
         return out
 
 

@@ -5,7 +5,6 @@ the writers (writers.py), which implement the plugin's own hooks like any third 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,10 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.result import RecoveryResult
-from pytest_retrace.results import rundir
-from pytest_retrace.results import provenance
-from pytest_retrace.results.records import Record, RecordError, dedupe
-from pytest_retrace.results.stats import summarize
+from pytest_retrace.results import provenance, rundir
+from pytest_retrace.results.records import Record, RecordError
+from pytest_retrace.results.summary import RunInfo, Summary, SummaryError, build_summary
 
 if TYPE_CHECKING:
     from pytest_retrace.agents import ModelConfig
@@ -47,16 +45,13 @@ def save_artifacts(run_dir: Path, nodeid: str, result: RecoveryResult) -> list[P
     return paths
 
 
-SUMMARY_VERSION = 1  # of summary.json; bumped when a field changes meaning or disappears
-
-
 @dataclass
 class RetraceSession:
     """The controller's view of a run: every record as it arrives, and the summary computed from them."""
 
     run_dir: Path
     records: list[Record] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     started_at: str = field(default_factory=provenance.now)
 
     @property
@@ -75,38 +70,21 @@ class RetraceSession:
         """Tests of this run that have a verdict (not an infrastructure error): a resumed run skips them."""
         return frozenset(r.nodeid for r in self.records if not r.is_error)
 
-    def finish(self, meta: dict[str, Any], *, root: Path | None = None,
-               models: Sequence[ModelConfig] = ()) -> dict[str, Any]:
-        """The summary of the run's records, with ``meta`` and — given the checkout ``root`` the test ids are
-        relative to — the run's provenance (provenance.run_metadata) in ``run``, and the tests that failed."""
+    def finish(self, run: dict[str, Any], *, root: Path | None = None,
+               models: Sequence[ModelConfig] = ()) -> Summary:
+        """The summary of the run's records, with ``run`` (summary.RunInfo's fields) and — given the checkout
+        ``root`` the test ids are relative to — the run's provenance (provenance.run_metadata)."""
         if root is not None:
-            meta = {**meta, **provenance.run_metadata(root=root, models=models, records=self.records,
-                                                      started_at=self.started_at)}
-        self.summary = {"schema_version": SUMMARY_VERSION, **summarize(self.records), "run": meta,
-                        "failed": failed_tests(self.records)}
+            run = {**run, **provenance.run_metadata(root=root, models=models, records=self.records,
+                                                    started_at=self.started_at)}
+        self.summary = build_summary(self.records, RunInfo(**run))
         return self.summary
 
     def set_exitstatus(self, status: int) -> None:
         """The process's final exit status into summary.json (see :func:`write_exitstatus`)."""
         if self.summary is not None:
-            self.summary["run"]["exitstatus"] = int(status)
+            self.summary = self.summary.with_run(exitstatus=int(status))
         write_exitstatus(self.run_dir, status)
-
-
-def failed_tests(records: list[Record]) -> list[dict[str, Any]]:
-    """Every counted test that did not recover or broke, in the order they finished: what failed (R_O, R_TC,
-    the error's stage and kind) and its artifacts (paths relative to the run directory)."""
-    out = []
-    for r in dedupe(records)[0]:
-        if r.verdict == "recovered":
-            continue
-        row: dict[str, Any] = {"nodeid": r.nodeid, "case": r.case, "model": r.model, "strategy": r.strategy,
-                               "budget": r.budget, "run_index": r.run_index, "verdict": r.verdict,
-                               "r_o": r.r_o, "r_tc": r.r_tc, "ssim": r.ssim, "artifacts": dict(r.artifacts)}
-        if r.error is not None:
-            row["error"] = {"stage": r.error.stage, "kind": r.error.kind}
-        out.append(row)
-    return out
 
 
 def write_exitstatus(run_dir: Path, status: int) -> None:
@@ -114,14 +92,15 @@ def write_exitstatus(run_dir: Path, status: int) -> None:
     written when the session finishes, but the status is decided after that (pytest's own plugins, and
     ``retrace run``, which has its own exit codes), so whoever decides last writes it here."""
     path = rundir.summary_json(run_dir)
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.is_file():
         return  # no summary was written (collect-only, a broken writer): nothing to correct
-    if summary.get("run", {}).get("exitstatus") == int(status):
+    try:
+        summary = Summary.read(path)
+    except SummaryError:
+        return  # not one this version wrote: not ours to rewrite
+    if summary.run.exitstatus == int(status):
         return
-    summary.setdefault("run", {})["exitstatus"] = int(status)
-    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    path.write_text(summary.with_run(exitstatus=int(status)).to_json())
     markdown = rundir.summary_md(run_dir)  # its "Run" list names the status too (report._md_provenance)
     if markdown.is_file():
         text = markdown.read_text(encoding="utf-8")

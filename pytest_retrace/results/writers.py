@@ -8,16 +8,15 @@ stop at the first hook implementation that raised).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_retrace.results import rundir
 from pytest_retrace.results.records import Record
+from pytest_retrace.results.summary import Summary
 
 
 class ResultsJsonl:
@@ -40,10 +39,10 @@ class SummaryJson:
     """``summary.json``: the run's summary, computed from the records only."""
 
     @pytest.hookimpl
-    def pytest_retrace_summary(self, summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
+    def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: pytest.Config) -> None:
         path = rundir.summary_json(Path(run_dir))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        path.write_text(summary.to_json())
 
 
 class Plots:
@@ -53,13 +52,13 @@ class Plots:
     and summary.json cannot disagree."""
 
     @pytest.hookimpl
-    def pytest_retrace_summary(self, summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
+    def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: pytest.Config) -> None:
         out = rundir.plots_dir(Path(run_dir))
         errors: list[str] = []
         try:
             from pytest_retrace.results.plots import write_plots
 
-            write_plots(summary, out, errors=errors)
+            write_plots(summary.to_dict(), out, errors=errors)
         except Exception as exc:  # noqa: BLE001 - no matplotlib, an unwritable directory: the run stands
             errors.append(f"{out}: {type(exc).__name__}: {exc}")
         for error in errors:
@@ -74,14 +73,14 @@ class SummaryMarkdown:
         self.title = title  # default: "pytest-retrace run <run directory name>"
 
     @pytest.hookimpl(trylast=True)
-    def pytest_retrace_summary(self, summary: dict[str, Any], run_dir: str, config: pytest.Config) -> None:
+    def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: pytest.Config) -> None:
         from pytest_retrace.results.plots import PLOTS
         from pytest_retrace.results.report import render_markdown
 
         path = rundir.summary_md(Path(run_dir))
         plots = [f"{rundir.PLOTS}/{name}" for name in PLOTS if (rundir.plots_dir(Path(run_dir)) / name).is_file()]
         try:
-            text = render_markdown(summary, self.title or f"pytest-retrace run {Path(run_dir).name}", plots)
+            text = render_markdown(summary.to_dict(), self.title or f"pytest-retrace run {Path(run_dir).name}", plots)
             path.write_text(text, encoding="utf-8")
         except Exception as exc:  # noqa: BLE001 - a view of the run must not fail it
             _warn(config, f"{path} not written: {type(exc).__name__}: {exc}")
