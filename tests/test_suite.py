@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pytest_retrace.replay.cases import load_case
+from pytest_retrace.replay.cases import KINDS, load_case
 from pytest_retrace.replay.sample import app, pick
 
 from . import suite_calibration as calibration
@@ -40,7 +40,6 @@ from .suite_calibration import MODELS, run_suite
 
 FILES = calibration.case_files()
 CASES = {p: load_case(p) for p in FILES}
-KINDS = ("visible", "subtle", "hidden-state", "visual-only")
 
 
 def sample() -> list[Path]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_retrace.dataset.trajectory import Trajectory
+from pytest_retrace.replay.cases import KINDS
 
 
 def sample_per_domain(candidates: list[dict[str, Any]], trajs: dict[str, Trajectory], per_domain: int,
@@ -54,10 +55,10 @@ def print_tables(log: Callable[[str], object], counts: list[tuple[str, int]], tr
         dom = trajs[c["trajectory"]].task.domain
         table[dom][c["kind"]] += 1
         table[dom][c["horizon"]] += 1
-    cols = ["visible", "subtle", "hidden-state", "visual-only", "short", "long"]
+    cols = [*KINDS, "short", "long"]
     log("  " + f"{'domain':<14}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
     for dom in sorted(table):
-        total = sum(table[dom][k] for k in cols[:4])
+        total = sum(table[dom][k] for k in KINDS)
         log("  " + f"{dom:<14}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
     log(f"  {'all':<14}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
              + f"{len(chosen):>8}")

@@ -44,6 +44,7 @@ from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
 MAX_METADATA_BYTES = 64 * 1024  # metadata serialised as JSON; it is copied into every result record
 MAX_SCREEN = 8192  # pixels per screen side
 MAX_JSON_INT = 2**63  # metadata integers must fit the 64-bit range other JSON readers assume
+# the kinds of mistake a case may declare or measure, from the most to the least visible (reports keep this order)
 KINDS = ("visible", "subtle", "hidden-state", "visual-only")
 
 

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_retrace.results.stats import HORIZON_ORDER, KIND_ORDER, summarize
+from pytest_retrace.replay.cases import KINDS
+from pytest_retrace.results.stats import HORIZON_ORDER, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -65,7 +66,7 @@ def write_plots(data: dict[str, Any] | Iterable[Record], out_dir: Path, *,
     draw: dict[str, Callable[[dict[str, Any]], Figure]] = {
         "rates.png": _rates, "budget.png": _budget, "criteria.png": _criteria,
         "domains.png": lambda s: _breakdown(s, "domains", "domain", (), "Recovery rate by domain"),
-        "kinds.png": lambda s: _breakdown(s, "kinds", "kind", KIND_ORDER, "Recovery rate by kind of mistake"),
+        "kinds.png": lambda s: _breakdown(s, "kinds", "kind", KINDS, "Recovery rate by kind of mistake"),
         "horizons.png": lambda s: _breakdown(s, "horizons", "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
     }
     skip = set() if len(_budgets(summary)) > 1 else {"budget.png"}

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pytest_retrace.replay.cases import KINDS
 from pytest_retrace.results.intervals import cluster_wilson_interval
 from pytest_retrace.results.records import Record, dedupe
 
@@ -212,11 +213,10 @@ def _common_cases(records: list[Record]) -> dict[tuple[str, int | None], set[str
 
 # the record field each breakdown groups by, and its key in the summary
 BREAKDOWNS: dict[str, str] = {"domain": "domains", "kind": "kinds", "horizon": "horizons"}
-# kinds and horizons are listed in this order (from the most to the least visible mistake; short before long),
-# values not listed after them alphabetically
-KIND_ORDER: tuple[str, ...] = ("visible", "subtle", "hidden-state", "visual-only")
+# kinds and horizons are listed in this order (KINDS: from the most to the least visible mistake; short before
+# long), values not listed after them alphabetically
 HORIZON_ORDER: tuple[str, ...] = ("short", "long")
-_RANKS: dict[str, tuple[str, ...]] = {"kind": KIND_ORDER, "horizon": HORIZON_ORDER}
+_RANKS: dict[str, tuple[str, ...]] = {"kind": KINDS, "horizon": HORIZON_ORDER}
 
 
 def _ranked(field: str) -> Any:
