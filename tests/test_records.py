@@ -10,6 +10,7 @@ import pytest
 from pytest_retrace import cli
 from pytest_retrace.results.records import SCHEMA_VERSION, Failure, Record, RecordError, Step
 from pytest_retrace.results.session import read_records
+from pytest_retrace.results.summary import GateVerdict, RunInfo, Summary, SummaryError, build_summary
 
 
 def record(nodeid: str = "cases/x.yaml::test_recovery[x-noop-implicit-r10]", **fields: object) -> Record:
@@ -61,3 +62,55 @@ def test_retrace_summary_names_the_bad_line_and_fails(tmp_path: Path, capsys: py
     assert cli.main(["summary", str(path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["n_records"], summary["n_errors"], summary["error_kinds"]) == (1, 1, {"env": 1})
+
+
+# --- the typed summary ------------------------------------------------------------------------------
+RUN = RunInfo(models=["noop"], env="xvfb", budgets=[10], ssim_threshold=0.99, exitstatus=1)
+
+
+def finished(nodeid: str, recovered: bool) -> Record:
+    return record(nodeid, verdict="recovered" if recovered else "not_recovered", error=None, recovered=recovered)
+
+
+def test_the_summary_round_trips_through_summary_json_with_the_keys_it_always_had(tmp_path: Path) -> None:
+    summary = build_summary([finished("a", True), finished("b", False), record("c")], RUN)
+    data = summary.to_dict()
+    # gate and run.saved_baseline appear only when there is one, as before
+    assert set(data) == {"schema_version", "groups", "domains", "kinds", "horizons", "n_records", "n_errors",
+                         "n_ignored_reruns", "error_kinds", "n_verified_by_determinism", "run", "failed"}
+    assert "saved_baseline" not in data["run"] and data["schema_version"] == 1
+    (tmp_path / "summary.json").write_text(summary.to_json())
+    again = Summary.read(tmp_path / "summary.json")
+    assert again == summary and again.groups[0].rate == 0.5 and again.groups[0].model_dump()["ci_low"] >= 0
+    gated = summary.gated(GateVerdict(passed=False, problems=["too low"], notes=[], strict=False))
+    saved = gated.with_run(saved_baseline="reports/baselines/x.json")
+    assert saved.to_dict()["gate"]["problems"] == ["too low"] and saved.to_dict()["run"]["saved_baseline"]
+    assert summary.gate is None and summary["n_records"] == 3  # copies; the dict's keys still read
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"schema_version": 2}, "summary schema_version 2: this version of pytest-retrace reads 1"),
+    ({"n_errors": "x"}, "n_errors: Input should be a valid integer"),
+], ids=["future-version", "bad-field"])
+def test_a_summary_this_version_cannot_read_is_refused_by_name(tmp_path: Path, data: dict, message: str) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({**build_summary([record()], RUN).to_dict(), **data}))
+    with pytest.raises(SummaryError, match=message):
+        Summary.read(path)
+
+
+@pytest.mark.parametrize(("pytest_status", "gate", "collection_errors", "plain", "measuring"), [
+    (1, None, 0, 1, 0),  # failed recoveries: pytest says 1, retrace run measured
+    (0, None, 0, 0, 0),
+    (1, None, 2, 1, 4),  # a case file that did not load: a usage error of retrace run
+    (1, True, 0, 0, 0),  # the gate decides under both
+    (0, False, 2, 1, 1),
+    (2, None, 0, 2, 2),  # interrupted: pytest's own status
+], ids=["failed", "ok", "case-file", "gate-passed", "gate-failed", "interrupted"])
+def test_one_place_decides_the_exit_status(pytest_status: int, gate: bool | None, collection_errors: int,
+                                           plain: int, measuring: int) -> None:
+    summary = build_summary([record()], RUN.model_copy(update={"collection_errors": collection_errors}))
+    if gate is not None:
+        summary = summary.gated(GateVerdict(passed=gate, problems=[] if gate else ["x"], notes=[], strict=False))
+    assert summary.exit_status(pytest_status) == plain
+    assert summary.exit_status(pytest_status, measuring=True) == measuring

@@ -1,7 +1,7 @@
 """The custom assertion: ``assert retrace_result == recovered``.
 
 A small dataclass whose equality is the oracle's verdict, so pytest's assertion rewriting calls
-``pytest_assertrepr_compare`` (plugin.py) and the failure reads as a few lines saying what failed:
+``pytest_assertrepr_compare`` (plugin/__init__.py) and the failure reads as a few lines saying what failed:
 R_O (SSIM vs threshold, where the screens differ) and/or R_TC (evaluator, score, actions replayed).
 """
 

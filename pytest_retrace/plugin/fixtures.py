@@ -132,7 +132,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     from pytest_retrace.replay.result import InfraError
 
     if call.excinfo is not None and isinstance(call.excinfo.value, InfraError):
-        # the harness knows exactly what broke: a stack trace through replay.py would only hide it
+        # the harness knows exactly what broke: a stack trace through the replay would only hide it
         err = call.excinfo.value
         report.longrepr = f"retrace infrastructure error ({err.kind}) at stage {err.stage}: {err.message}"
     if call.when == "setup" and report.failed and record is None:

@@ -1,5 +1,5 @@
-"""The one test every recovery case runs. Collected per case file (plugin.CaseFile) and parametrized
-as ``test_recovery[<case>-<model>-<strategy>]``; the fixtures (plugin.py) build the desktop, replay the
+"""The one test every recovery case runs. Collected per case file (collection.CaseFile) and parametrized
+as ``test_recovery[<case>-<model>-<strategy>]``; the fixtures (fixtures.py) build the desktop, replay the
 case and run the agent during setup, so an infrastructure failure is a pytest *error*, never a failure."""
 
 from __future__ import annotations

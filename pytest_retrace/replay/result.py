@@ -69,7 +69,7 @@ class ReplayOptions:
     verify_wait: float = 5.0  # seconds a reconstructed state may take to reach its recorded pixels
     contextualizer: Contextualizer | None = None  # explicit-context's summariser
     verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel
-    observer: ReplayObserver | None = None  # Allure steps, progress: see plugin._StageHooks
+    observer: ReplayObserver | None = None  # Allure steps, progress: see plugin/fixtures.py
 
     @property
     def max_turns(self) -> int:
