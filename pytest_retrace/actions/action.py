@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +21,7 @@ from pytest_retrace.actions.limits import (
     MAX_TURN_WAIT,
     MAX_WAIT,
 )
+from pytest_retrace.text import show
 
 ActionKind = Literal[
     "click",  # button + clicks (1 single, 2 double, 3 triple) at (x, y) or the current position
@@ -242,10 +242,10 @@ class Action:
         field's type is checked here, before __post_init__ checks ranges, so that any bad value is an
         ActionError naming the field rather than a TypeError from deep inside."""
         if not isinstance(data, dict) or "action" not in data:
-            raise ActionError(f"an action mapping needs an 'action' field, got {_show(data)}")
+            raise ActionError(f"an action mapping needs an 'action' field, got {show(data)}")
         kind = data["action"]
         if not isinstance(kind, str):
-            raise ActionError(f"action must be a string naming the kind, got {_show(kind)}")
+            raise ActionError(f"action must be a string naming the kind, got {show(kind)}")
         fields = {f.name for f in dataclasses.fields(cls)} - {"kind"}
         extra = sorted(str(k) for k in data if k not in fields and k != "action")
         if extra:
@@ -264,20 +264,12 @@ _COORDINATES = frozenset({"x", "y", "x2", "y2"})
 _INTEGERS = _COORDINATES | {"clicks", "dx", "dy", "presses"}
 
 
-def _show(value: Any) -> str:
-    """A short repr for messages: the value may be huge (a long string, an int with thousands of digits)."""
-    try:
-        return reprlib.repr(value)
-    except ValueError:  # an int beyond Python's int-to-str limit
-        return f"<a {type(value).__name__} too large to print>"
-
-
 def _mapping_field(kind: str, name: str, value: Any) -> Any:
     """One field of an action mapping, type-checked (ranges are __post_init__'s job); keys become a tuple."""
     if name in ("keys", "hold"):
         keys = [value] if isinstance(value, str) else value
         if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
-            raise ActionError(f"{kind}: {name} must be a key name or a list of key names, got {_show(value)}")
+            raise ActionError(f"{kind}: {name} must be a key name or a list of key names, got {show(value)}")
         return tuple(keys)
     if name in _INTEGERS:
         # bool is an int in Python, but `clicks: true` in a case file is a mistake, not 1 click
@@ -288,7 +280,7 @@ def _mapping_field(kind: str, name: str, value: Any) -> Any:
     else:  # button, text
         ok, expected = isinstance(value, str), "a string"
     if not ok:
-        raise ActionError(f"{kind}: {name} must be {expected}, got {_show(value)}")
+        raise ActionError(f"{kind}: {name} must be {expected}, got {show(value)}")
     if isinstance(value, int) and abs(value) > MAX_NUMBER:
         raise ActionError(f"{kind}: {name} is too large (magnitude over {MAX_NUMBER})")
     return value

@@ -31,6 +31,7 @@ from typing import Any
 
 from pytest_retrace.actions.action import Action, ActionError, ParsedReply, relabel, typeable
 from pytest_retrace.actions.limits import MAX_NUMBER, MAX_REPLY_CHARS, MAX_TURN_ACTIONS
+from pytest_retrace.text import clip
 
 MAX_TOOL_CALL_CHARS = 20_000  # one tool call's JSON; a type action of MAX_TEXT_CHARS escaped fits
 
@@ -89,8 +90,7 @@ def _show(value: Any) -> str:
         return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
     if not isinstance(value, (str, int, float, type(None))):  # native tool_calls may hold any object
         return f"a {type(value).__name__}"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(repr(value), 60)
 
 
 def _coordinate(value: Any) -> tuple[int, int]:

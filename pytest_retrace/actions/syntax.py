@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pytest_retrace.actions.action import ActionError
 from pytest_retrace.actions.limits import MAX_NUMBER
+from pytest_retrace.text import clip
 
 _CALLEE_NODES = 40  # ast.unparse recurses: a callee larger than this is described, not printed
 
@@ -59,5 +60,4 @@ def callee(func: ast.expr) -> str:
     if any(isinstance(node, ast.Constant) and is_huge(node.value) for node in nodes):
         kind = type(func).__name__.lower()
         return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} expression holding a huge number"
-    text = ast.unparse(func)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(ast.unparse(func), 60)

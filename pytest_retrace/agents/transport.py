@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_retrace.agents import AgentInfraError
 from pytest_retrace.agents.secrets import redact
+from pytest_retrace.text import clip
 
 T = TypeVar("T")
 RETRIABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -125,7 +126,7 @@ class Transport:
 def _brief(exc: BaseException) -> str:
     # redacted before it is cut: a key cut in two would no longer be recognised, and half a key is a leak
     text = redact(" ".join(str(exc).split()))
-    return text if len(text) <= 300 else text[:297] + "..."
+    return clip(text, 300)
 
 
 class ConcurrencyLimit:

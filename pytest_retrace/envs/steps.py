@@ -16,17 +16,10 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pytest_retrace.text import show
+
 GUEST_HOME = "/home/user"  # the task's home in every environment; "~" in a step means it
 MAX_TIMEOUT = 600.0  # seconds a setup step may wait
-
-
-def show(value: Any, limit: int = 200) -> str:
-    """repr() for messages, cut short: values come from files and may be huge."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's int-to-str limit, from an untrusted file
-        return f"<a {type(value).__name__} too large to print>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def text(value: str) -> str:

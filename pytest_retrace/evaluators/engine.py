@@ -36,6 +36,7 @@ from pytest_retrace.evaluators.base import (
 )
 from pytest_retrace.evaluators.plan import Check, Group, compile_block
 from pytest_retrace.evaluators.values import short
+from pytest_retrace.text import clip
 
 
 def validate_evaluator(spec: dict[str, Any], where: str = "evaluator") -> None:
@@ -248,6 +249,5 @@ def _label(result: Mapping[str, Any]) -> str:
     """What a detail line names: the path or command checked, else the getter type."""
     for field in ("path", "command"):
         if isinstance(result.get(field), str):
-            text = result[field]
-            return text if len(text) <= 40 else text[:39] + "…"
+            return clip(result[field], 40)
     return str(result.get("type"))

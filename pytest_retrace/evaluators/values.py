@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_retrace.envs.steps import show
 from pytest_retrace.evaluators.base import CheckFailed, CommandResult, EvaluatorError
+from pytest_retrace.text import show
 
 _SHORT = 40
 

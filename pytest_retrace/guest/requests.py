@@ -11,6 +11,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace.text import show
+
 
 def _error_body(message: str) -> dict[str, str]:
     return {"status": "error", "error": message, "message": message}
@@ -26,11 +28,6 @@ def bad_request(status: int, message: str) -> Exception:
     from starlette.exceptions import HTTPException
 
     return HTTPException(status_code=status, detail=message)
-
-
-def show(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 async def json_object(request: Any) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from pytest_retrace.envs import FileRefused
 from pytest_retrace.envs.guestfs import MAX_READ, GuestFS
 from pytest_retrace.guest.config import GuestConfig
 from pytest_retrace.guest.desktop import Desktop
-from pytest_retrace.guest.requests import bad_request, expand_home, show
+from pytest_retrace.guest.requests import bad_request, expand_home
+from pytest_retrace.text import show
 
 
 class Guest:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pytest_retrace.envs.steps import show as _show
 from pytest_retrace.evaluators.plan import Check, Group, compile_block
+from pytest_retrace.text import show as _show
 
 # A suite's folder of the files several cases use (a probe script, a page, a screenshot), kept once: next to
 # the app folders (cases/shared/), named by a case as ../shared/<file>. Only those files live there.

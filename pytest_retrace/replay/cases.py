@@ -30,7 +30,6 @@ from pydantic import (
 from pytest_retrace.actions import POINTER_KINDS, Action, ActionError, parse_action
 from pytest_retrace.envs.steps import FileStep, SetupStep, Text
 from pytest_retrace.envs.steps import one_line as _one_line
-from pytest_retrace.envs.steps import show as _show
 from pytest_retrace.envs.steps import text as _text
 from pytest_retrace.evaluators import EvaluatorError, validate_evaluator
 from pytest_retrace.evaluators.plan import compile_block
@@ -38,6 +37,7 @@ from pytest_retrace.replay.casefiles import local_files, outside_case, png_size
 from pytest_retrace.replay.caseyaml import CaseError, read_yaml
 from pytest_retrace.replay.probes import Probe
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.text import show as _show
 
 # Case files are input, not trusted code: these bound what loading one may cost or accept (the YAML's own
 # limits are in caseyaml.py).

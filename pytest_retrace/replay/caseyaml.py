@@ -11,7 +11,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from pytest_retrace.envs.steps import show as _show
+from pytest_retrace.text import show as _show
 
 # Case files are input, not trusted code: these bound what loading one may cost or accept.
 MAX_FILE_BYTES = 1 << 20  # real cases are a few KiB

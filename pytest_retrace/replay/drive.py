@@ -23,6 +23,7 @@ from pytest_retrace.replay.result import (
     blame,
     timed_stage,
 )
+from pytest_retrace.text import clip
 
 
 def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) -> RecoveryResult:
@@ -64,7 +65,7 @@ def recover(env: Environment, agent: Agent, context: AgentContext, opts: ReplayO
 def _short(action: dict[str, Any]) -> str:
     args = ", ".join(f"{v!r}" if isinstance(v, str) else str(v) for k, v in action.items() if k != "action")
     text = f"{action['action']}({args})"
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(text, 60)
 
 
 def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryResult, turn_no: int,
