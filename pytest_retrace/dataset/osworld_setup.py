@@ -14,7 +14,8 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
-from pytest_retrace.envs.steps import SetupStep, show
+from pytest_retrace.envs.steps import SetupStep
+from pytest_retrace.text import show
 
 COMMAND_TIMEOUT = 120.0  # OSWorld's server allows setup commands this long
 _LAUNCH_TYPES = frozenset({"launch"})
