@@ -13,6 +13,7 @@ import yaml
 
 from pytest_retrace.dataset.trajectory import Trajectory
 from pytest_retrace.envs.steps import FileStep
+from pytest_retrace.replay.casefiles import map_local_files
 from pytest_retrace.replay.cases import Task
 
 GROUND_TRUTH = {
@@ -50,22 +51,16 @@ def with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path)
         steps.append(step)
     copied: dict[str, str] = {}
 
-    def own(node: Any) -> Any:
+    def own(path: str) -> str:
         # the evaluator's local_file getters (an expected file shipped with the rollout) likewise
-        if isinstance(node, list):
-            return [own(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "local_file" and isinstance(node.get("path"), str):
-            if node["path"] not in copied:
-                copy = case_dir / "expected" / f"{len(copied)}-{Path(node['path']).name}"
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(base_dir / node["path"], copy)
-                copied[node["path"]] = copy.relative_to(domain_dir).as_posix()
-            return {**node, "path": copied[node["path"]]}
-        return {k: own(v) for k, v in node.items()}
+        if path not in copied:
+            copy = case_dir / "expected" / f"{len(copied)}-{Path(path).name}"
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(base_dir / path, copy)
+            copied[path] = copy.relative_to(domain_dir).as_posix()
+        return copied[path]
 
-    return task.model_copy(update={"setup": steps, "evaluator": own(task.evaluator)})
+    return task.model_copy(update={"setup": steps, "evaluator": map_local_files(task.evaluator, own)})
 
 
 def write_case(out: Path, work: Path, traj: Trajectory, cand: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,14 +92,17 @@ def by_content(case: Any) -> dict[str, Any]:
         if step.get("type") == "file" and step.get("src") is not None:
             step["src"] = file_hash(case.dir / step["src"])
 
-    def local(node: Any) -> Any:
-        if isinstance(node, list):
-            return [local(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "local_file" and isinstance(node.get("path"), str):
-            return {**node, "path": file_hash(case.dir / node["path"])}
-        return {k: local(v) for k, v in node.items()}
-
-    data["task"]["evaluator"] = local(data["task"]["evaluator"])
+    data["task"]["evaluator"] = map_local_files(data["task"]["evaluator"], lambda p: file_hash(case.dir / p))
     return data
+
+
+def map_local_files(node: Any, new_path: Callable[[str], str]) -> Any:
+    """An evaluator block with the path of every ``local_file`` getter (an expected file shipped with the case)
+    replaced by ``new_path(path)``; the rest is copied as it is."""
+    if isinstance(node, list):
+        return [map_local_files(x, new_path) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "local_file" and isinstance(node.get("path"), str):
+        return {**node, "path": new_path(node["path"])}
+    return {k: map_local_files(v, new_path) for k, v in node.items()}
