@@ -14,8 +14,7 @@ settings.register_profile("retrace", deadline=None, suppress_health_check=[Healt
 settings.load_profile("retrace")
 
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
-
-from .helpers import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")

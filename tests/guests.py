@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import REPO
+from tests.helpers import REPO
 
 VENV_BIN = str(Path(sys.executable).parent)
 needs_desktop = pytest.mark.skipif(shutil.which("Xvfb") is None or shutil.which("xdotool") is None,

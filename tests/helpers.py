@@ -1,4 +1,4 @@
-"""Shared helpers for the project's own tests, imported as `from .helpers import ...`: conftest.py keeps only
+"""Shared helpers for the project's own tests, imported as `from tests.helpers import ...`: conftest.py keeps only
 fixtures and hooks, and a test module that imported conftest as a module would depend on pytest's rootdir
 and import mode to find it."""
 
@@ -9,8 +9,11 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from PIL import Image
 
 from pytest_retrace.envs.procfs import read_environ
 
@@ -70,3 +73,51 @@ def docker_client():
         if os.environ.get("RETRACE_REQUIRE_DOCKER") == "1":
             pytest.fail(f"RETRACE_REQUIRE_DOCKER=1 but no docker engine answers: {exc}")
         return None
+
+
+# --- case files for the unit tests -------------------------------------------------------------------
+
+SCREEN = (64, 48)  # small screenshots keep the tests fast; the format allows any `screen`
+
+# The structure of cases/mousepad/typo-short.yaml, with a small screen.
+VALID: dict[str, Any] = {
+    "task": {
+        "id": "mousepad-hello-world",
+        "instruction": 'Write "Hello world" into notes.txt in the open text editor and save the file.',
+        "domain": "text-editor",
+        "setup": [
+            {"type": "file", "path": "~/notes.txt", "content": ""},
+            {"type": "launch", "command": ["mousepad", "~/notes.txt"], "window": "Mousepad"},
+        ],
+        "evaluator": {
+            "func": "compare_text_file",
+            "result": {"type": "vm_file", "path": "~/notes.txt"},
+            "expected": {"type": "rule", "rules": {"text": "Hello world"}},
+        },
+    },
+    "trajectory": ["pyautogui.write('Hello ')", "pyautogui.write('world')", "pyautogui.hotkey('ctrl', 's')"],
+    "t_seed": 1,
+    "perturbation": ["pyautogui.write('xyz')"],
+    "d": 1,
+    "screenshots": {"target": "typo/target.png", "error": "typo/error.png"},
+    "screen": list(SCREEN),
+    "metadata": {"source_model": "scripted", "horizon": "short", "kind": "visible", "mistake": "wrong keystrokes"},
+}
+
+
+def png(path: Path, size: tuple[int, int] = SCREEN) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, (255, 255, 255)).save(path)
+
+
+def write_case(directory: Path, name: str, data: dict[str, Any] | str, pngs: bool = True) -> Path:
+    """Write ``name.yaml`` (a mapping dumped as YAML, or raw text) and, by default, VALID's two screenshots
+    (typo/target.png, typo/error.png) at SCREEN size unless they exist already."""
+    path = directory / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    if pngs:
+        for rel in VALID["screenshots"].values():
+            if not (path.parent / rel).exists():
+                png(path.parent / rel)
+    return path

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_retrace.registry import BrokenEntryPoint, Registry, UnknownName
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 DIST = "retrace-fake-plugin"
 PLUGIN_MODULE = "retrace_fake_plugin"

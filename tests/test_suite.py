@@ -33,10 +33,9 @@ from PIL import Image
 
 from pytest_retrace.replay.cases import KINDS, load_case
 from pytest_retrace.replay.sample import app, pick
-
-from . import suite_calibration as calibration
-from .helpers import docker_client
-from .suite_calibration import MODELS, run_suite
+from tests import suite_calibration as calibration
+from tests.helpers import docker_client
+from tests.suite_calibration import MODELS, run_suite
 
 FILES = calibration.case_files()
 CASES = {p: load_case(p) for p in FILES}
