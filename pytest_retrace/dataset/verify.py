@@ -9,7 +9,7 @@ from reset. It becomes a case only if
   the screen is visibly off (SSIM below R_O's threshold);
 - an error screen equal to the target screen is verifiable: some probe (a getter: a file's hash, a
   command's output) has one value at s_target on every run and another one at s_error on every run. Such a
-  case carries its probes, and every replay checks them (replay.py). A hand-written case whose error state
+  case carries its probes, and every replay checks them (replay/scoring.py). A hand-written case whose error state
   nothing can observe may declare `verified_by: determinism` (`retrace record` only; the build never does).
 """
 

@@ -3,7 +3,7 @@
 Lifecycle: ``start()`` once per worker, ``reset(task, files, masks=...)`` before each case, ``close()`` always.
 Everything above this layer — replay, evaluators, the dataset pipeline, agents — talks to the protocol only,
 so a docker container or an OSWorld VM can stand in for the local desktop without touching them. Setup steps
-(setup_steps.py, below this layer) are interpreted once, over protocol methods, by :func:`envs.setup.apply_setup`
+(envs/steps.py) are interpreted once, over protocol methods, by :func:`envs.setup.apply_setup`
 for every provider.
 
 Providers are registered by name with a lazy import (``pytest --help`` never pays for the docker SDK) and can
@@ -125,7 +125,7 @@ class Environment(Protocol):
     def harness_fault(self) -> str | None:
         """What failed of the harness's own machinery (its X server dead, the container gone, the guest not
         answering), or None when all of it is alive: then whatever goes wrong after the agent acted comes from
-        the state the agent left, and is the agent's failure (replay.py)."""
+        the state the agent left, and is the agent's failure (replay/result.py, blame)."""
         ...
 
     def close(self) -> None: ...

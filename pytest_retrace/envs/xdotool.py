@@ -3,7 +3,7 @@ provider performs them in its container (through the guest's /execute), so both 
 events. One mapping, because a different typing delay or click timing is a different screen.
 
 Standard library only. Text with characters the keymap lacks is not mapped here (``typable`` is False): the
-xvfb provider types it through keymap.py, the docker provider through pyautogui's path (remote_actions.py).
+xvfb provider types it through keymap.py, the docker provider through pyautogui's path (envs/remote/actions.py).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def ssconvert(data: bytes, suffix: str, out_suffix: str) -> bytes:
         try:
             proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=_limit_child)  # noqa: PLW1509 - as envs/sandbox.py: async-signal-safe calls only
+                                    preexec_fn=_limit_child)  # noqa: PLW1509 - as envs/xvfb/sandbox.py: async-signal-safe calls only
         except OSError as exc:
             raise ToolMissing(f"cannot start ssconvert: {exc}") from exc
         try:

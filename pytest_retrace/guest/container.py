@@ -6,7 +6,7 @@ The container *is* the task's sandbox: one container per case, recreated from th
 nothing here restarts or cleans anything. Xvfb, openbox and the server run as the container's root; every
 command, app and action of the task runs as the unprivileged ``user`` (a uid of its own), as in the xvfb provider's
 sandbox: the agent cannot kill the server or the X server and so turn its own failure into an infrastructure
-error. The container's capabilities, memory and process count are limited by the provider (envs/docker.py).
+error. The container's capabilities, memory and process count are limited by the provider (envs/docker/environment.py).
 
 ``--exit-on-stdin-eof``: the docker provider creates the container with stdin open and attached once
 (``StdinOnce``); when the worker that owns it goes away, however it ends (SIGKILL included), the engine
@@ -36,13 +36,13 @@ DISPLAY_NUMBER = 0
 PORT = 5000
 TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"
 WM_HOME = Path("/root")  # the window manager's own home: the task's stays as the template made it
-IMAGE_UID = 1000  # the image's `user` (envs/image.py)
+IMAGE_UID = 1000  # the image's `user` (envs/docker/image.py)
 # The task's uid, RETRACE_TASK_UID when the provider gives one: a process limit counts the processes of a uid
 # in every container of the machine (containers share the kernel's user namespace), so each container's task
 # has a uid of its own, or a fork bomb in one would stop the apps of every other worker's case.
 UID_VARIABLE = "RETRACE_TASK_UID"
-NPROC_LIMIT = 2048  # processes and threads of the task's user, as envs/sandbox.py
-FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write, as envs/sandbox.py
+NPROC_LIMIT = 2048  # processes and threads of the task's user, as envs/xvfb/sandbox.py
+FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write, as envs/xvfb/sandbox.py
 
 
 def _as_user(uid: int) -> list[str]:

@@ -10,7 +10,7 @@ Masked rectangles (regions that legitimately change, such as a clock) extend tha
 in both images, and the mean leaves out every pixel whose window touches a mask, i.e. each mask grown by
 3 px on every side (see ``_kept``).  So a counted pixel's local SSIM is computed from unmasked pixels
 only, exactly as skimage would compute it, and nothing inside a mask can change the score.
-R_TC is computed by replay (replay.py): the evaluator's verdict after the remaining gt actions.
+R_TC is computed by the replay (replay/scoring.py): the evaluator's verdict after the remaining gt actions.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from pytest_retrace.testing.wire import (
     png_size,
 )
 
-# The one list of what the package offers (tests/test_loopback.py checks it against the modules).
+# The one list of what the package offers (tests/testing/test_loopback.py checks it against the modules).
 __all__ = [
     "ANTHROPIC",
     "COMPUTER_TOOLSET_MEMBERS",

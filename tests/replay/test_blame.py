@@ -1,4 +1,4 @@
-"""Who is to blame after the agent acted (replay.py, docs/cases.md "Who is to blame"), on the real desktop.
+"""Who is to blame after the agent acted (replay/result.py, docs/cases.md "Who is to blame"), on the real desktop.
 
 What the agent leaves behind — a screen it keeps changing, a server grab — must fail its recovery with the
 reason, never become an infrastructure error (which would take the case out of its n); the harness's own

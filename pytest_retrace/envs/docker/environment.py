@@ -1,6 +1,6 @@
 """The ``docker`` environment: each case on a fresh container of the desktop image, through the docker SDK.
 
-- **The image** is built on the engine from the recipe in the repository (envs/image.py: an mmdebstrap root
+- **The image** is built on the engine from the recipe in the repository (envs/docker/image.py: an mmdebstrap root
   filesystem, ``docker import``, then this package and the home template), once, and reused while the recipe
   and the source are unchanged. Inside, ``guest/container.py`` builds the same desktop as the xvfb provider
   (envs/desktop.py) and serves it with ``retrace guest``; this provider talks to it exactly as the remote
@@ -68,7 +68,7 @@ GUEST_PORT = 5000
 GUEST_PYTHON = "/opt/retrace/bin/python"
 TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"  # guest/container.py
 UID_VARIABLE = "RETRACE_TASK_UID"  # guest/container.py: the task's uid, one per container (process limits are per uid)
-TASK_UID_BASE, TASK_UIDS = 2_000_000_000, 100_000_000  # above envs/sandbox.py's per-display uids
+TASK_UID_BASE, TASK_UIDS = 2_000_000_000, 100_000_000  # above envs/xvfb/sandbox.py's per-display uids
 NETWORKS = {"none": "pytest-retrace-isolated", "host": "pytest-retrace-open"}
 # What the guest (root in the container) needs to run the task as `user` and serve its files; nothing else.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
