@@ -231,7 +231,7 @@ def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     summary = summarize(records)
     if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_table(summary))
         print()

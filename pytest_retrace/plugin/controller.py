@@ -114,10 +114,10 @@ class Controller:
         if summary is None:
             return
         tr.write_sep("=", "retrace recovery summary")
-        tr.write_line(format_table(summary.to_dict()))
+        tr.write_line(format_table(summary))
         if len({d.domain for d in summary.domains}) > 1:
             tr.write_line("")
-            tr.write_line(format_table(summary.to_dict(), by_domain=True))
+            tr.write_line(format_table(summary, by_domain=True))
         if summary.n_errors:
             tr.write_line(f"infrastructure errors (excluded from rates): {summary.error_kinds}")
         if summary.n_ignored_reruns:

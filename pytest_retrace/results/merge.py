@@ -27,7 +27,7 @@ from pytest_retrace.results import rundir
 from pytest_retrace.results.compare import PairedDiff, RunDiff, comparisons, run_comparisons
 from pytest_retrace.results.records import Record, RecordError, dedupe
 from pytest_retrace.results.session import read_records
-from pytest_retrace.results.stats import BREAKDOWNS, summarize
+from pytest_retrace.results.stats import BREAKDOWNS, Row, Statistics, summarize
 
 
 class ReportError(ValueError):
@@ -35,27 +35,29 @@ class ReportError(ValueError):
 
 
 @dataclass(frozen=True)
-class RunInfo:
+class MergedRun:
+    """One of the runs a report merges."""
+
     label: str
     path: Path  # its results.jsonl
-    summary: dict[str, Any]  # summarize() of this run alone
+    summary: Statistics  # of this run alone
     digests: dict[str, str | None]  # case id -> digest of its files, from the run's summary.json (if any)
     provenance: dict[str, Any] = _field(default_factory=dict)  # that summary.json's "run" (provenance.py)
 
 
-
 @dataclass(frozen=True)
 class MergedReport:
-    runs: list[RunInfo]
+    runs: list[MergedRun]
     units: list[str]  # the runs averaged over: a results.jsonl, or a run index of one (label:runK)
-    summary: dict[str, Any]  # summarize() of all runs' records kept apart; each row adds "per_run" rates
+    summary: Statistics  # of all runs' records kept apart; each row has its per_run rates
     comparisons: list[PairedDiff]
     warnings: list[str]
     run_comparisons: list[RunDiff] = _field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runs": [{"label": r.label, "path": str(r.path), "summary": r.summary} for r in self.runs],
-                "units": self.units, "merged": self.summary,
+        """As JSON (``retrace report --json``)."""
+        return {"runs": [{"label": r.label, "path": str(r.path), "summary": r.summary.to_dict()} for r in self.runs],
+                "units": self.units, "merged": self.summary.to_dict(),
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "run_comparisons": [c.to_dict() for c in self.run_comparisons], "warnings": self.warnings}
 
@@ -96,7 +98,7 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
         paths.append(path)
     names = [rundir.run_label(p) for p in paths]
     labels = [name if names.count(name) == 1 else str(p) for name, p in zip(names, paths)]
-    runs: list[RunInfo] = []
+    runs: list[MergedRun] = []
     per_run: list[list[Record]] = []
     for label, path in zip(labels, paths):
         records = _read(path)
@@ -104,7 +106,7 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
             warnings.append(f"{label}: {path} holds no records")
         warnings += _collisions(label, records)
         meta = _run_meta(path)
-        runs.append(RunInfo(label, path, summarize(records), _digests(meta), meta))
+        runs.append(MergedRun(label, path, summarize(records), _digests(meta), meta))
         per_run.append(records)
     warnings += _case_sets(runs, per_run) + _changed_cases(runs)
     units: list[str] = []
@@ -118,8 +120,7 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
         # a test of this run is not the same test as in another run: only the run's own reruns dedupe
         pooled += [r.model_copy(update={"nodeid": f"{i}|{r.nodeid}", "run_index": unit_of[r.run_index]})
                    for r in records]
-    summary = summarize(pooled)
-    _add_per_run(summary, pooled, len(units))
+    summary = _with_per_run(summarize(pooled), pooled, len(units))
     return MergedReport(runs, units, summary, comparisons(per_run), warnings,
                         run_comparisons(per_run, [r.label for r in runs]))
 
@@ -148,7 +149,7 @@ def _examples(cases: set[str], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
-def _case_sets(runs: list[RunInfo], per_run: list[list[Record]]) -> list[str]:
+def _case_sets(runs: list[MergedRun], per_run: list[list[Record]]) -> list[str]:
     """A warning for every run that lacks some of the cases the runs cover together: their rates are over
     different cases, and the mean across runs mixes them."""
     sets = [{r.case for r in records if r.case is not None} for records in per_run]
@@ -160,7 +161,7 @@ def _case_sets(runs: list[RunInfo], per_run: list[list[Record]]) -> list[str]:
             for run, cases in zip(runs, sets) if union - cases]
 
 
-def _changed_cases(runs: list[RunInfo]) -> list[str]:
+def _changed_cases(runs: list[MergedRun]) -> list[str]:
     """A warning per pair of runs whose shared case ids have different file digests."""
     out = []
     for a, b in itertools.combinations(runs, 2):
@@ -214,8 +215,9 @@ def _collisions(label: str, records: list[Record]) -> list[str]:
     return out
 
 
-def _add_per_run(summary: dict[str, Any], pooled: list[Record], units: int) -> None:
-    """Each row's rate in each run (None where the run has no finished test of it), in ``units`` order."""
+def _with_per_run(summary: Statistics, pooled: list[Record], units: int) -> Statistics:
+    """The summary whose every row has its rate in each run (None where the run has no finished test of it),
+    in ``units`` order."""
     unique, _ = dedupe(pooled)
     counts: dict[tuple[Any, ...], list[int]] = {}
     for r in unique:
@@ -227,12 +229,12 @@ def _add_per_run(summary: dict[str, Any], pooled: list[Record], units: int) -> N
             cell[0] += r.verdict == "recovered"
             cell[1] += 1
 
-    def rates(key: tuple[Any, ...]) -> list[float | None]:
+    def with_rates(g: Row, key: tuple[Any, ...]) -> Row:
         cells = [counts.get((*key, u)) for u in range(units)]
-        return [None if c is None else round(c[0] / c[1], 6) for c in cells]
+        return g.model_copy(update={"per_run": [None if c is None else round(c[0] / c[1], 6) for c in cells]})
 
-    for g in summary["groups"]:
-        g["per_run"] = rates((g["model"], g["strategy"], g["budget"]))
-    for field, key in BREAKDOWNS.items():
-        for g in summary[key]:
-            g["per_run"] = rates((field, g["model"], g["strategy"], g["budget"], g.get(field) or ""))
+    return summary.model_copy(update={
+        "groups": [with_rates(g, (g.model, g.strategy, g.budget)) for g in summary.groups],
+        **{key: [with_rates(g, (field, g.model, g.strategy, g.budget, g.category(field))) for g in summary.rows(field)]
+           for field, key in BREAKDOWNS.items()},
+    })

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.cases import KINDS
-from pytest_retrace.results.stats import HORIZON_ORDER, summarize
+from pytest_retrace.results.stats import HORIZON_ORDER, Row, Statistics, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -53,21 +53,21 @@ class PlotError(RuntimeError):
 Point = tuple[float, float, float]  # value, error below, error above (percent)
 
 
-def write_plots(data: dict[str, Any] | Iterable[Record], out_dir: Path, *,
+def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
                 errors: list[str] | None = None) -> list[Path]:
     """Write the figures of :data:`PLOTS` into ``out_dir``, each in every one of :data:`FORMATS`, from a
-    ``summarize()`` result or from records (summarised here); returns the PNG of each figure written (its PDF
+    summary (results.summary.Summary, a merged report's statistics) or from records (summarised here); returns the PNG of each figure written (its PDF
     and SVG lie beside it). ``budget.png`` is drawn only when the summary has more than one budget. A figure
     that fails raises :class:`PlotError` naming its file — or, when ``errors`` is given, is recorded there and
     the other figures are still written. A figure not drawn this time has its files from an earlier call
     removed, so that nothing links a stale picture."""
-    summary = data if isinstance(data, dict) else summarize(list(data))
+    summary = data if isinstance(data, Statistics) else summarize(list(data))
     out_dir.mkdir(parents=True, exist_ok=True)
-    draw: dict[str, Callable[[dict[str, Any]], Figure]] = {
+    draw: dict[str, Callable[[Statistics], Figure]] = {
         "rates.png": _rates, "budget.png": _budget, "criteria.png": _criteria,
-        "domains.png": lambda s: _breakdown(s, "domains", "domain", (), "Recovery rate by domain"),
-        "kinds.png": lambda s: _breakdown(s, "kinds", "kind", KINDS, "Recovery rate by kind of mistake"),
-        "horizons.png": lambda s: _breakdown(s, "horizons", "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
+        "domains.png": lambda s: _breakdown(s, "domain", (), "Recovery rate by domain"),
+        "kinds.png": lambda s: _breakdown(s, "kind", KINDS, "Recovery rate by kind of mistake"),
+        "horizons.png": lambda s: _breakdown(s, "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
     }
     skip = set() if len(_budgets(summary)) > 1 else {"budget.png"}
     written = []
@@ -121,8 +121,8 @@ class _Colours:
     """One colour per model × strategy, the same in every figure; tab10, or tab20 past ten of them (with
     hatching past twenty, where colours alone would repeat)."""
 
-    def __init__(self, summary: dict[str, Any]) -> None:
-        self.pairs = list(dict.fromkeys((g["model"], g["strategy"]) for g in summary["groups"]))
+    def __init__(self, summary: Statistics) -> None:
+        self.pairs = list(dict.fromkeys((g.model, g.strategy) for g in summary.groups))
 
     def __call__(self, model: str, strategy: str) -> tuple[Any, str | None]:
         import matplotlib
@@ -132,27 +132,32 @@ class _Colours:
         return cmap(i % cmap.N), [None, "//", "..", "xx"][i // cmap.N % 4]
 
 
-def _point(g: dict[str, Any]) -> Point | None:
+def _point(g: Row) -> Point | None:
     """The bar of a group: its mean ± sd over several runs, else its rate and Wilson interval."""
-    if (g.get("runs") or 0) > 1 and g.get("rate_mean") is not None:
-        mean, sd = 100 * g["rate_mean"], 100 * (g.get("rate_sd") or 0.0)
+    if (g.runs or 0) > 1 and g.rate_mean is not None:
+        mean, sd = 100 * g.rate_mean, 100 * (g.rate_sd or 0.0)
         return mean, min(sd, mean), min(sd, 100 - mean)  # drawn within 0-100 %: no rate lies outside
-    if g.get("rate") is None:
+    if g.rate is None:
         return None
-    rate = 100 * g["rate"]
-    return rate, rate - 100 * g["ci_low"], 100 * g["ci_high"] - rate
+    rate = 100 * g.rate
+    return rate, rate - 100 * g.ci_low, 100 * g.ci_high - rate
 
 
-def _error_bars(groups: list[dict[str, Any]]) -> str:
-    repeated = any((g.get("runs") or 0) > 1 for g in groups)
-    single = any((g.get("runs") or 0) <= 1 for g in groups)
+def _error_bars(groups: list[Row]) -> str:
+    repeated = any((g.runs or 0) > 1 for g in groups)
+    single = any((g.runs or 0) <= 1 for g in groups)
     if repeated and single:
         return "error bars: 95% Wilson interval (one run), sd across runs (several runs)"
     return "mean of runs, error bars: sd across runs" if repeated else "error bars: 95% Wilson interval"
 
 
-def _budgets(summary: dict[str, Any]) -> list[int | None]:
-    return sorted({g.get("budget") for g in summary["groups"]}, key=lambda b: (b is None, b or 0))
+def _budgets(summary: Statistics) -> list[int | None]:
+    return sorted({g.budget for g in summary.groups}, key=lambda b: (b is None, b or 0))
+
+
+def _labels(groups: list[Row], budgets: bool) -> list[str]:
+    """A bar's label: its model and strategy, and its budget where the budgets differ."""
+    return [f"{g.model}\n{g.strategy}" + (f"\nr={g.budget}" if budgets else "") for g in groups]
 
 
 def _empty(fig: Figure, ax: Axes, title: str) -> Figure:
@@ -170,8 +175,8 @@ def _percent_axis(ax: Axes, top: float = 118.0, bottom: float = 0.0) -> None:
     ax.set_axisbelow(True)
 
 
-def _rates(summary: dict[str, Any]) -> Figure:
-    groups = summary["groups"]
+def _rates(summary: Statistics) -> Figure:
+    groups = summary.groups
     fig, [ax] = _figure(1.3 * len(groups) + 2)
     title = "Recovery rate per model × strategy"
     if not groups:
@@ -184,12 +189,12 @@ def _rates(summary: dict[str, Any]) -> Figure:
             ax.text(i, 2, "no verdict", ha="center", va="bottom", fontsize=8, rotation=90)
             continue
         value, below, above = point
-        face, hatch = colour(g["model"], g["strategy"])
+        face, hatch = colour(g.model, g.strategy)
         ax.bar(i, value, width=0.6, color=face, hatch=hatch, edgecolor="black", linewidth=0.6)
         ax.errorbar(i, value, yerr=[[below], [above]], fmt="none", ecolor="black", capsize=5, linewidth=1.2)
-        runs = f", {g['runs']} runs" if (g.get("runs") or 0) > 1 else ""
-        ax.text(i, value + above + 1.5, f"{value:.1f}%\nn={g['n']}{runs}", ha="center", va="bottom", fontsize=8)
-    labels = [f"{g['model']}\n{g['strategy']}" + (f"\nr={g.get('budget')}" if several else "") for g in groups]
+        runs = f", {g.runs} runs" if (g.runs or 0) > 1 else ""
+        ax.text(i, value + above + 1.5, f"{value:.1f}%\nn={g.n}{runs}", ha="center", va="bottom", fontsize=8)
+    labels = _labels(groups, several)
     ax.set_xticks(range(len(groups)), labels, fontsize=9)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     _percent_axis(ax)
@@ -197,15 +202,15 @@ def _rates(summary: dict[str, Any]) -> Figure:
     return fig
 
 
-def _budget(summary: dict[str, Any]) -> Figure:
-    groups = summary["groups"]
+def _budget(summary: Statistics) -> Figure:
+    groups = summary.groups
     fig, [ax] = _figure(8.0)
     title = "Recovery rate vs recovery budget r"
     lines: dict[tuple[str, str], list[tuple[int, Point]]] = {}
     for g in groups:
         point = _point(g)
-        if point is not None and g.get("budget") is not None:
-            lines.setdefault((g["model"], g["strategy"]), []).append((int(g["budget"]), point))
+        if point is not None and g.budget is not None:
+            lines.setdefault((g.model, g.strategy), []).append((g.budget, point))
     if not lines:
         return _empty(fig, ax, title)
     colour = _Colours(summary)
@@ -234,16 +239,16 @@ def _budget(summary: dict[str, Any]) -> Figure:
     return fig
 
 
-def _categories(rows: list[dict[str, Any]], field: str, order: tuple[str, ...]) -> list[str]:
-    present = {r.get(field) or "" for r in rows}
+def _categories(rows: list[Row], field: str, order: tuple[str, ...]) -> list[str]:
+    present = {r.category(field) for r in rows}
     known = [c for c in order if c in present]
     return known + sorted(present - set(order))
 
 
-def _breakdown(summary: dict[str, Any], key: str, field: str, order: tuple[str, ...], title: str) -> Figure:
+def _breakdown(summary: Statistics, field: str, order: tuple[str, ...], title: str) -> Figure:
     """Grouped bars: a group per category, a bar per model × strategy in it; one panel per budget, so that a
     sweep over r does not crowd a dozen bars into each group."""
-    rows = summary.get(key, [])
+    rows = summary.rows(field)
     categories = _categories(rows, field, order)
     colour = _Colours(summary)
     series = colour.pairs
@@ -251,7 +256,7 @@ def _breakdown(summary: dict[str, Any], key: str, field: str, order: tuple[str, 
     fig, axes = _figure(1.1 * len(categories) * max(len(series), 2) / 2 + 3, max(len(budgets), 1))
     if not rows:
         return _empty(fig, axes[0], title)
-    cells = {(r["model"], r["strategy"], r.get("budget"), r.get(field) or ""): r for r in rows}
+    cells = {(r.model, r.strategy, r.budget, r.category(field)): r for r in rows}
     width = 0.8 / len(series)
     annotate = len(series) <= 4  # past that the labels would overlap
     for ax, budget in zip(axes, budgets):
@@ -266,7 +271,7 @@ def _breakdown(summary: dict[str, Any], key: str, field: str, order: tuple[str, 
                 values.append(point[0])
                 below.append(point[1])
                 above.append(point[2])
-                ns.append(row["n"])
+                ns.append(row.n)
             face, hatch = colour(model, strategy)
             ax.bar(xs, values, width=width * 0.92, color=face, hatch=hatch, edgecolor="black", linewidth=0.5,
                    label=f"{model} · {strategy}" if ax is axes[0] else None)
@@ -293,17 +298,17 @@ _OUTCOMES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _outcomes(g: dict[str, Any]) -> dict[str, float]:
-    n = g["n"]
-    counts = {"recovered": g["recovered"], "r_o_only": g.get("r_o_only", 0), "r_tc_only": g.get("r_tc_only", 0)}
+def _outcomes(g: Row) -> dict[str, float]:
+    n = g.n
+    counts = {"recovered": g.recovered, "r_o_only": g.r_o_only, "r_tc_only": g.r_tc_only}
     counts["neither"] = n - sum(counts.values())
     return {k: 100 * v / n for k, v in counts.items()}
 
 
-def _criteria(summary: dict[str, Any]) -> Figure:
+def _criteria(summary: Statistics) -> Figure:
     """R_O against R_TC: the share of finished tests in each of the four outcomes, per group (pooled over
     runs: a share of trials, no interval)."""
-    groups = [g for g in summary["groups"] if g["n"]]
+    groups = [g for g in summary.groups if g.n]
     fig, [ax] = _figure(1.3 * len(groups) + 2)
     title = "R_O vs R_TC per model × strategy"
     if not groups:
@@ -319,9 +324,8 @@ def _criteria(summary: dict[str, Any]) -> Figure:
                 ax.text(i, bottom + value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=8)
         bottoms = [b + v for b, v in zip(bottoms, values)]
     for i, g in enumerate(groups):
-        ax.text(i, 101.5, f"n={g['n']}", ha="center", va="bottom", fontsize=8)
-    labels = [f"{g['model']}\n{g['strategy']}" + (f"\nr={g.get('budget')}" if several else "") for g in groups]
-    ax.set_xticks(range(len(groups)), labels, fontsize=9)
+        ax.text(i, 101.5, f"n={g.n}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(groups)), _labels(groups, several), fontsize=9)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     _percent_axis(ax, 110.0)
     ax.set_ylabel("share of finished tests (%)")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_retrace.results.merge import MergedReport
-from pytest_retrace.results.stats import BREAKDOWNS
+from pytest_retrace.results.stats import BREAKDOWNS, Row
+from pytest_retrace.results.summary import FailedTest, RunInfo, Summary
 from pytest_retrace.results.tables import pad_table, table_rows
 
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
@@ -21,52 +21,49 @@ _TEXT_COLUMNS = {"model", "strategy", "domain", "kind", "horizon", "A", "B", "pa
                  "what", ""}
 
 # -- summary.md of one run ---------------------------------------------------------------------------
-def render_markdown(summary: dict[str, Any], title: str, plots: Sequence[str] = ()) -> str:
+def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> str:
     """summary.md: the headline table per model × strategy × budget, the per-domain, per-kind and per-horizon
     tables, infrastructure errors, the gate's verdict if there was one, and ``plots`` (paths relative to the
     markdown file) as images."""
     out = [f"# {title}", ""]
-    meta = summary.get("run") or {}
-    facts = [f"{summary['n_records']} test(s)",
-             f"{summary['n_errors']} infrastructure error(s), excluded from every rate"]
-    if meta.get("env"):
-        facts.append(f"env {meta['env']}")
-    if meta.get("ssim_threshold") is not None:
-        facts.append(f"R_O at SSIM ≥ {meta['ssim_threshold']}")
+    run = summary.run
+    facts = [f"{summary.n_records} test(s)", f"{summary.n_errors} infrastructure error(s), excluded from every rate"]
+    if run.env:
+        facts.append(f"env {run.env}")
+    facts.append(f"R_O at SSIM ≥ {run.ssim_threshold}")
     out += ["; ".join(facts) + ".", ""]
-    if summary.get("n_ignored_reruns"):
-        out += [(f"{summary['n_ignored_reruns']} rerun(s) of tests that already had a verdict were ignored: a "
+    if summary.n_ignored_reruns:
+        out += [(f"{summary.n_ignored_reruns} rerun(s) of tests that already had a verdict were ignored: a "
                  f"finished verdict is final within a run."), ""]
-    if summary.get("n_verified_by_determinism"):
-        out += [(f"{summary['n_verified_by_determinism']} finished test(s) of hidden-state cases declared "
+    if summary.n_verified_by_determinism:
+        out += [(f"{summary.n_verified_by_determinism} finished test(s) of hidden-state cases declared "
                  f"`verified_by: determinism`: their error state is confirmed by its recording only "
                  f"(docs/cases.md)."), ""]
-    out += _md_provenance(meta)
+    out += _md_provenance(run)
     out += ["## Recovery rate per model × strategy × budget", "", _md_table(table_rows(summary)), "",
             "rate = R_O ∧ R_TC on the finished tests; 95% CI: Wilson score interval, clustered by case where a "
             "case ran more than once (intervals.cluster_wilson_interval); R_O, R_TC: each criterion "
             "alone" + ("; runs: mean ± sample sd of the per-run rates, success@k: at least one of k runs "
-                       "recovers" if any(g.get("runs") for g in summary["groups"]) else "")
+                       "recovers" if any(g.runs for g in summary.groups) else "")
             + ("; shared: the rate on the cases no compared model errored on"
-               if any(g.get("common_n") is not None for g in summary["groups"]) else "") + ".", ""]
-    for by, key in BREAKDOWNS.items():
-        if summary.get(key):
+               if any(g.common_n is not None for g in summary.groups) else "") + ".", ""]
+    for by in BREAKDOWNS:
+        if summary.rows(by):
             out += [f"## {_TITLES[by]}", "", _md_table(table_rows(summary, by=by)), ""]
-    if summary.get("error_kinds"):
-        out += ["## Infrastructure errors", "", *(f"- {kind}: {n}" for kind, n in summary["error_kinds"].items()),
-                ""]
-    out += _md_failed(summary.get("failed") or [])
-    gate = summary.get("gate")
-    if gate:
-        out += ["## Gate", "", "passed" if gate.get("passed") else "**FAILED**", "",
-                *(f"- {p}" for p in gate.get("problems", [])),
-                *(f"- note: {n}" for n in gate.get("notes", [])), ""]
+    if summary.error_kinds:
+        out += ["## Infrastructure errors", "", *(f"- {kind}: {n}" for kind, n in summary.error_kinds.items()), ""]
+    out += _md_failed(summary.failed)
+    gate = summary.gate
+    if gate is not None:
+        out += ["## Gate", "", "passed" if gate.passed else "**FAILED**", "",
+                *(f"- {p}" for p in gate.problems), *(f"- note: {n}" for n in gate.notes), ""]
     out += _md_plots(plots)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _md_provenance(meta: dict[str, Any]) -> list[str]:
+def _md_provenance(run: RunInfo) -> list[str]:
     """The run's provenance (provenance.run_metadata) as a list; nothing for a summary without it."""
+    meta = run.provenance
     if not meta.get("started_at"):
         return []
     git = meta.get("git")
@@ -81,27 +78,27 @@ def _md_provenance(meta: dict[str, Any]) -> list[str]:
            f"- date: {meta['started_at']} to {meta.get('finished_at', '-')} (UTC)",
            f"- commit: {commit}",
            f"- command: `{' '.join(meta.get('command') or [])}`",
-           f"- exit status: {meta.get('exitstatus', '-')}",
+           f"- exit status: {run.exitstatus}",
            "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
            f"- models: {'; '.join(models) or '-'}",
            f"- cases: {len(cases)}, their digests in summary.json's `run.cases`", ""]
     return out
 
 
-def _md_failed(failed: list[dict[str, Any]]) -> list[str]:
+def _md_failed(failed: list[FailedTest]) -> list[str]:
     """The tests that did not recover or broke, with links to their artifacts (relative to the run directory,
     where summary.md lies)."""
     if not failed:
         return []
     rows = [["test", "verdict", "what", "artifacts"]]
     for f in failed:
-        if f.get("error"):
-            what = f"infrastructure error at {f['error']['stage']} ({f['error']['kind']})"
+        if f.error is not None:
+            what = f"infrastructure error at {f.error.stage} ({f.error.kind})"
         else:
-            ssim = "" if f.get("ssim") is None else f" (SSIM {f['ssim']:.4f})"
-            what = f"R_O {_check(f.get('r_o'))}{ssim}, R_TC {_check(f.get('r_tc'))}"
-        links = " · ".join(f"[{name}]({path})" for name, path in sorted((f.get("artifacts") or {}).items()))
-        rows.append([f"`{f['nodeid'].split('::')[-1]}`", f["verdict"].replace("_", " "), what, links or "-"])
+            ssim = "" if f.ssim is None else f" (SSIM {f.ssim:.4f})"
+            what = f"R_O {_check(f.r_o)}{ssim}, R_TC {_check(f.r_tc)}"
+        links = " · ".join(f"[{name}]({path})" for name, path in sorted(f.artifacts.items()))
+        rows.append([f"`{f.nodeid.split('::')[-1]}`", f.verdict.replace("_", " "), what, links or "-"])
     return [f"## Failed tests ({len(failed)})", "", _md_table(rows), ""]
 
 
@@ -130,8 +127,8 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
-def _mean_sd(g: dict[str, Any]) -> tuple[float | None, float | None]:
-    rates = [x for x in g.get("per_run", []) if x is not None]
+def _mean_sd(g: Row) -> tuple[float | None, float | None]:
+    rates = [x for x in g.per_run or [] if x is not None]
     if not rates:
         return None, None
     # the same as stats._repeated's rate_mean / rate_sd, also for a single run
@@ -142,7 +139,7 @@ def _mean_sd(g: dict[str, Any]) -> tuple[float | None, float | None]:
 
 def merged_rows(merged: MergedReport, by: str | None = None) -> list[list[str]]:
     """Cells (header first) of the across-runs table, overall or by "domain", "kind" or "horizon"."""
-    rows_in = merged.summary[BREAKDOWNS[by]] if by else merged.summary["groups"]
+    rows_in = merged.summary.rows(by)
     repeated = len(merged.units) > 1
     header = ["model", "strategy", "r", *([by] if by else []), "runs", "n", "recovered",
               "rate % mean ± sd", *(["per run"] if repeated else []), "errors",
@@ -150,12 +147,13 @@ def merged_rows(merged: MergedReport, by: str | None = None) -> list[list[str]]:
     rows = [header]
     for g in rows_in:
         mean, sd = _mean_sd(g)
-        finished = sum(x is not None for x in g.get("per_run", []))
+        per_run = g.per_run or []
+        finished = sum(x is not None for x in per_run)
         rows.append([
-            g["model"], g["strategy"], str(g["budget"]), *([g.get(by) or "-"] if by else []), str(finished),
-            str(g["n"]), str(g["recovered"]), "-" if mean is None else f"{_pct(mean)} ± {_pct(sd)}",
-            *([" / ".join(_pct(x) for x in g.get("per_run", []))] if repeated else []), str(g["errors"]),
-            *([" ".join(f"@{k} {_pct(v)}%" for k, v in (g.get("success_at") or {}).items()) or "-"]
+            g.model, g.strategy, str(g.budget), *([g.category(by) or "-"] if by else []), str(finished),
+            str(g.n), str(g.recovered), "-" if mean is None else f"{_pct(mean)} ± {_pct(sd)}",
+            *([" / ".join(_pct(x) for x in per_run)] if repeated else []), str(g.errors),
+            *([" ".join(f"@{k} {_pct(v)}%" for k, v in (g.success_at or {}).items()) or "-"]
               if repeated and not by else []),
         ])
     return rows
@@ -197,13 +195,13 @@ def _run_lines(merged: MergedReport) -> list[str]:
     out = []
     for run in merged.runs:
         s = run.summary
-        models = sorted({g["model"] for g in s["groups"]})
-        extra = f", {s['n_ignored_reruns']} ignored rerun(s)" if s.get("n_ignored_reruns") else ""
+        models = sorted({g.model for g in s.groups})
+        extra = f", {s.n_ignored_reruns} ignored rerun(s)" if s.n_ignored_reruns else ""
         git = run.provenance.get("git") or {}
         made = "".join([f"; {run.provenance['started_at']}" if run.provenance.get("started_at") else "",
                         f", commit {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}"
                         if git.get("commit") else ""])
-        out.append(f"{run.label}: {run.path} — {s['n_records']} test(s), {s['n_errors']} error(s){extra}; "
+        out.append(f"{run.label}: {run.path} — {s.n_records} test(s), {s.n_errors} error(s){extra}; "
                    f"models {', '.join(models) or '-'}{made}")
     return out
 
@@ -212,8 +210,8 @@ def _sections(merged: MergedReport) -> list[tuple[str, list[list[str]] | None, s
     """(title, table or None, note) in report order."""
     out: list[tuple[str, list[list[str]] | None, str]] = [
         (f"Across {len(merged.units)} run(s)", merged_rows(merged), _ACROSS)]
-    for by, key in BREAKDOWNS.items():
-        if merged.summary[key]:
+    for by in BREAKDOWNS:
+        if merged.summary.rows(by):
             out.append((_TITLES[by], merged_rows(merged, by), ""))
     out.append(("Model comparison (paired)", comparison_rows(merged) if merged.comparisons else None,
                 _PAIRED if merged.comparisons else "no two models share a strategy and budget: nothing to pair"))
@@ -233,7 +231,7 @@ def render_report(merged: MergedReport, *, title: str = "pytest-retrace report",
             out += [_md_table(table), ""]
         if note:
             out += [note[0].upper() + note[1:] + ".", ""]
-    kinds = merged.summary["error_kinds"]
+    kinds = merged.summary.error_kinds
     if kinds:
         out += ["## Infrastructure errors", "", *(f"- {k}: {n}" for k, n in kinds.items()), ""]
     out += _md_plots(plots)
@@ -249,7 +247,7 @@ def format_report(merged: MergedReport) -> str:
             out.append(pad_table(table))
         if note:
             out.append(f"  ({note})")
-    kinds = merged.summary["error_kinds"]
+    kinds = merged.summary.error_kinds
     if kinds:
         out += ["", "infrastructure errors (excluded from rates): "
                 + ", ".join(f"{k}: {n}" for k, n in kinds.items())]

@@ -16,6 +16,11 @@ cell, each group also carries ``common_*``: the rate on the cases where *no* com
 infrastructure error — the fair basis for a comparison.
 
 Each group's 95 % interval is clustered by case (:mod:`.intervals`); the tables are in :mod:`.tables`.
+
+:func:`summarize` returns :class:`Statistics`, one :class:`Row` per cell: typed, built here only, and read by
+field by every reader (tables, report, plots, merge, the gate). results.summary.Summary is a Statistics with
+the run's settings. The statistics become JSON only at the boundary: summary.json (``Summary.to_dict``),
+``retrace summary --json`` (``Statistics.to_dict``) and ``retrace report --json`` (``MergedReport.to_dict``).
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from pytest_retrace.replay.cases import KINDS
 from pytest_retrace.results.intervals import cluster_wilson_interval
@@ -34,15 +40,18 @@ from pytest_retrace.results.records import Record, dedupe
 _DIGITS: int = 6
 
 
-@dataclass(frozen=True)
-class GroupStats:
-    """Recovery statistics of one (model, strategy, budget[, domain | kind | horizon]) cell."""
+class Row(BaseModel):
+    """Recovery statistics of one (model, strategy, budget[, domain | kind | horizon]) cell: a row of
+    ``groups`` or of a breakdown (``domains``, ``kinds``, ``horizons``). Its floats are rounded to 6 decimals
+    when it is built, so a row read back from summary.json equals the one the run computed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
     strategy: str
     budget: int | None
-    domain: str | None  # None = all domains
-    n: int  # non-error records
+    domain: str | None  # None = all domains (groups, kinds, horizons)
+    n: int  # finished tests (not infrastructure errors)
     recovered: int
     rate: float | None  # None when n == 0
     ci_low: float
@@ -65,27 +74,68 @@ class GroupStats:
     rate_sd: float | None = None
     success_at: dict[str, float] | None = None  # "k" -> success@k
     clusters: int | None = None  # cases behind ci_low / ci_high when some case ran more than once
-    effective_n: float | None = None  # the interval's effective sample size then (cluster_wilson_interval)
-    # the "kinds" / "horizons" breakdowns only ("" = the case does not say); see to_dict
+    # the interval's effective sample size then (cluster_wilson_interval), which gives the count of trials as
+    # an int where their variance is 0: int | float keeps it so, as summary.json always wrote it
+    effective_n: int | float | None = None
+    # the "kinds" / "horizons" breakdowns only ("" = the case does not say)
     kind: str | None = None
     horizon: str | None = None
     # the four outcomes of a finished test: recovered is R_O ∧ R_TC; these are one criterion without the other
     r_o_only: int = 0
     r_tc_only: int = 0
+    # retrace report only (results.merge): the row's rate in each of the runs it averages
+    per_run: list[float | None] | None = None
+
+    def category(self, by: str) -> str:
+        """The row's value of a breakdown field (BREAKDOWNS: domain, kind, horizon); "" where the case does not
+        say."""
+        return getattr(self, by) or ""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        # kind and horizon only in the rows of their own breakdown, per_run only in a merged report: the rows
+        # of summary.json keep the keys they always had
+        return {k: v for k, v in handler(self).items() if v is not None or k not in _ONLY_WHERE_SET}
+
+
+_ONLY_WHERE_SET = ("kind", "horizon", "per_run")
+
+
+class Statistics(BaseModel):
+    """What :func:`summarize` computes from records: the rows and the run's counts (summary.json's keys;
+    results.summary.Summary adds the run's settings, failures and gate)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    groups: list[Row]
+    domains: list[Row] = []
+    kinds: list[Row] = []
+    horizons: list[Row] = []
+    n_records: int
+    n_errors: int
+    n_ignored_reruns: int = 0  # later records of tests that already had a finished verdict
+    error_kinds: dict[str, int] = {}
+    # finished tests of hidden-state cases whose s_error nothing at replay confirms (verified_by: determinism):
+    # a perturbation that silently stopped working would show as a recovery, not a desync
+    n_verified_by_determinism: int = 0
+
+    def rows(self, by: str | None = None) -> list[Row]:
+        """``groups``, or the breakdown by "domain", "kind" or "horizon"."""
+        if by is None:
+            return self.groups
+        if by not in BREAKDOWNS:
+            raise ValueError(f"no breakdown by {by!r}: one of {', '.join(BREAKDOWNS)}")
+        return getattr(self, BREAKDOWNS[by])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict with floats rounded to 6 decimals. ``kind`` and ``horizon`` appear only in the rows of
-        their own breakdown, so the groups and domains rows of summary.json keep the keys they always had."""
-        def rounded(v: Any) -> Any:
-            if isinstance(v, float):
-                return round(v, _DIGITS)
-            return {k: rounded(x) for k, x in v.items()} if isinstance(v, dict) else v
-
-        return {k: rounded(v) for k, v in asdict(self).items()
-                if v is not None or k not in _BREAKDOWN_ONLY}
+        """As JSON (``retrace summary --json``; summary.json's keys)."""
+        return self.model_dump(mode="json")
 
 
-_BREAKDOWN_ONLY = ("kind", "horizon")
+def _rounded(v: Any) -> Any:
+    if isinstance(v, float):
+        return round(v, _DIGITS)
+    return {k: _rounded(x) for k, x in v.items()} if isinstance(v, dict) else v
 
 
 def _share(count: int, n: int) -> float | None:
@@ -131,7 +181,7 @@ def _repeated(records: list[Record]) -> dict[str, Any]:
 
 
 def _group_stats(model: str, strategy: str, budget: int | None, domain: str | None,
-                 records: list[Record], common: set[str] | None = None, **by: str) -> GroupStats:
+                 records: list[Record], common: set[str] | None = None, **by: str) -> Row:
     ok = [r for r in records if not r.is_error]
     n = len(ok)
     recovered = sum(r.verdict == "recovered" for r in ok)
@@ -141,7 +191,7 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
     ssims = [r.ssim for r in ok if r.ssim is not None]
     shared = [r for r in ok if common is not None and r.case in common]
     shared_recovered = sum(r.verdict == "recovered" for r in shared)
-    return GroupStats(
+    return Row(**{k: _rounded(v) for k, v in dict(
         model=model,
         strategy=strategy,
         budget=budget,
@@ -169,7 +219,7 @@ def _group_stats(model: str, strategy: str, budget: int | None, domain: str | No
         **by,
         r_o_only=sum(r.r_o is True and r.r_tc is not True for r in ok),
         r_tc_only=sum(r.r_tc is True and r.r_o is not True for r in ok),
-    )
+    ).items()})
 
 
 def _by_case(ok: list[Record]) -> dict[str, tuple[int, int]]:
@@ -233,15 +283,12 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v) if isinstance(v, int) or v is None else (False, v) for v in key)
 
 
-def summarize(records: Iterable[Record]) -> dict[str, Any]:
-    """Summarise records into a JSON-able dict, independent of record order.
-
-    Returns ``{"groups", "domains", "kinds", "horizons", "n_records", "n_errors", "n_ignored_reruns",
-    "error_kinds", "n_verified_by_determinism"}`` where ``groups`` holds one ``GroupStats.to_dict()`` per (model, strategy, budget),
-    ``domains`` one per (model, strategy, budget, domain), ``kinds`` and ``horizons`` likewise per the case's
-    kind and horizon, all sorted; ``n_records``/``n_errors`` count the records left after duplicate nodeids
-    are resolved (see :func:`~pytest_retrace.results.records.dedupe`), ``n_ignored_reruns`` the records that tried to replace a finished verdict.
-    """
+def summarize(records: Iterable[Record]) -> Statistics:
+    """The statistics of records, independent of their order: one row per (model, strategy, budget) in
+    ``groups``, one per (model, strategy, budget, domain) in ``domains``, ``kinds`` and ``horizons`` likewise
+    per the case's kind and horizon, all sorted; ``n_records`` / ``n_errors`` count the records left after
+    duplicate nodeids are resolved (:func:`~pytest_retrace.results.records.dedupe`), ``n_ignored_reruns`` the
+    records that tried to replace a finished verdict."""
     unique, ignored = dedupe(records)
     groups: dict[tuple[str, str, int | None], list[Record]] = {}
     cells: dict[str, dict[tuple[str, str, int | None, str], list[Record]]] = {f: {} for f in BREAKDOWNS}
@@ -252,26 +299,22 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
             cells[field].setdefault((model, strategy, budget, _key(r, field)), []).append(r)
     common = _common_cases(unique)
 
-    def breakdown(field: str) -> list[dict[str, Any]]:
+    def breakdown(field: str) -> list[Row]:
         by = cells[field]
         return [_group_stats(m, s, b, v if field == "domain" else None, by[m, s, b, v], common[s, b],
-                             **({} if field == "domain" else {field: v})).to_dict()
+                             **({} if field == "domain" else {field: v}))
                 for m, s, b, v in sorted(by, key=_ranked(field))]
 
     errors = [r for r in unique if r.is_error]
     kinds = Counter((r.error.kind if r.error else "") or "unknown" for r in errors)
-    return {
-        "groups": [_group_stats(m, s, b, None, groups[m, s, b], common[s, b]).to_dict()
-                   for m, s, b in sorted(groups, key=_order)],
-        "domains": breakdown("domain"),
-        "kinds": breakdown("kind"),
-        "horizons": breakdown("horizon"),
-        "n_records": len(unique),
-        "n_errors": len(errors),
-        "n_ignored_reruns": ignored,  # later records of tests that already had a finished verdict
-        "error_kinds": dict(sorted(kinds.items())),
-        # finished tests of hidden-state cases whose s_error nothing at replay confirms (verified_by:
-        # determinism): a perturbation that silently stopped working would show as a recovery, not a desync
-        "n_verified_by_determinism": sum(r.error_state_verified_by == "determinism" for r in unique
-                                         if not r.is_error),
-    }
+    return Statistics(
+        groups=[_group_stats(m, s, b, None, groups[m, s, b], common[s, b]) for m, s, b in sorted(groups, key=_order)],
+        domains=breakdown("domain"),
+        kinds=breakdown("kind"),
+        horizons=breakdown("horizon"),
+        n_records=len(unique),
+        n_errors=len(errors),
+        n_ignored_reruns=ignored,
+        error_kinds=dict(sorted(kinds.items())),
+        n_verified_by_determinism=sum(r.error_state_verified_by == "determinism" for r in unique if not r.is_error),
+    )

@@ -1,5 +1,6 @@
-"""The run's summary: typed and versioned, built in one place (:func:`build_summary`) from the run's records,
-and what summary.json holds (:meth:`Summary.to_dict`, the keys it always had). The gate's verdict and a saved
+"""The run's summary: typed and versioned, built in one place (:func:`build_summary`) from the run's records
+(its statistics and rows: results.stats), and what summary.json holds (:meth:`Summary.to_dict`, the keys it
+always had, written and read only here). The gate's verdict and a saved
 baseline are fields of it, set by copying (:meth:`Summary.gated`, :meth:`Summary.with_run`), never by editing
 a dict; and the run's exit status is decided here only (:meth:`Summary.exit_status`).
 
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from pytest_retrace.results.records import Record, dedupe
-from pytest_retrace.results.stats import summarize
+from pytest_retrace.results.stats import Statistics, summarize
 
 SCHEMA_VERSION = 1  # of summary.json
 READS = (1,)  # the versions Summary.read accepts
@@ -30,24 +31,6 @@ class SummaryError(ValueError):
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Row(BaseModel):
-    """One row of ``groups`` (model × strategy × budget) or of a breakdown (``domains``, ``kinds``,
-    ``horizons``): the fields a reader of the summary relies on are typed; the rest of the row (intervals,
-    tokens, cost, runs: results.stats.GroupStats) is kept as it is."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    model: str
-    strategy: str
-    budget: int | None
-    domain: str | None  # None: all domains (groups, kinds, horizons)
-    n: int  # finished tests (not infrastructure errors)
-    recovered: int
-    rate: float | None  # None: no finished test
-    errors: int
-    total: int
 
 
 class CaseFileProblem(_Frozen):
@@ -73,6 +56,42 @@ class RunInfo(BaseModel):
     case_file_errors: list[CaseFileProblem] = []
     saved_baseline: str | None = None  # --retrace-save-baseline: where this run's verdicts were saved
 
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The fields results.provenance.run_metadata added (started_at, git, versions, command, model_configs,
+        cases ...): kept as that module writes them."""
+        return dict(self.model_extra or {})
+
+
+class ErrorAt(_Frozen):
+    """Where an infrastructure error happened: the record's Failure without its message."""
+
+    stage: str
+    kind: str
+
+
+class FailedTest(_Frozen):
+    """A counted test that did not recover or broke (summary.json: ``failed``): what failed and its artifacts
+    (paths relative to the run directory)."""
+
+    nodeid: str
+    case: str | None
+    model: str
+    strategy: str
+    budget: int
+    run_index: int
+    verdict: str
+    r_o: bool | None
+    r_tc: bool | None
+    ssim: float | None
+    artifacts: dict[str, str]
+    error: ErrorAt | None = None  # an infrastructure error's stage and kind
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)  # "error" only for an infrastructure error, as summary.json always had it
+        return out if self.error is not None else {k: v for k, v in out.items() if k != "error"}
+
 
 class GateVerdict(_Frozen):
     """summary.json's ``gate``, present when a gate option was set (results.gate)."""
@@ -84,19 +103,12 @@ class GateVerdict(_Frozen):
     baseline: dict[str, Any] | None = None  # --retrace-baseline: its path and every group's comparison
 
 
-class Summary(_Frozen):
+class Summary(Statistics):
+    """The run's statistics (results.stats: its rows, read by field) with its settings, failures and gate."""
+
     schema_version: int = SCHEMA_VERSION
-    groups: list[Row]
-    domains: list[Row] = []
-    kinds: list[Row] = []
-    horizons: list[Row] = []
-    n_records: int
-    n_errors: int
-    n_ignored_reruns: int = 0  # later records of tests that already had a finished verdict
-    error_kinds: dict[str, int] = {}
-    n_verified_by_determinism: int = 0  # finished tests whose s_error only the recording confirms
     run: RunInfo
-    failed: list[dict[str, Any]] = []  # failed_tests()
+    failed: list[FailedTest] = Field(default_factory=list)  # failed_tests()
     gate: GateVerdict | None = None
 
     # -- copies with one more fact ---------------------------------------------------------------------
@@ -165,20 +177,15 @@ class Summary(_Frozen):
 def build_summary(records: Iterable[Record], run: RunInfo) -> Summary:
     """The summary of a run's records (results.stats) with its ``run`` and the tests that failed."""
     records = list(records)
-    return Summary(**summarize(records), run=run, failed=failed_tests(records))
+    stats = summarize(records)
+    return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
+                   failed=failed_tests(records))
 
 
-def failed_tests(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """Every counted test that did not recover or broke, in the order they finished: what failed (R_O, R_TC,
-    the error's stage and kind) and its artifacts (paths relative to the run directory)."""
-    out = []
-    for r in dedupe(records)[0]:
-        if r.verdict == "recovered":
-            continue
-        row: dict[str, Any] = {"nodeid": r.nodeid, "case": r.case, "model": r.model, "strategy": r.strategy,
-                               "budget": r.budget, "run_index": r.run_index, "verdict": r.verdict,
-                               "r_o": r.r_o, "r_tc": r.r_tc, "ssim": r.ssim, "artifacts": dict(r.artifacts)}
-        if r.error is not None:
-            row["error"] = {"stage": r.error.stage, "kind": r.error.kind}
-        out.append(row)
-    return out
+def failed_tests(records: Sequence[Record]) -> list[FailedTest]:
+    """Every counted test that did not recover or broke, in the order they finished."""
+    return [FailedTest(nodeid=r.nodeid, case=r.case, model=r.model, strategy=r.strategy, budget=r.budget,
+                       run_index=r.run_index, verdict=r.verdict, r_o=r.r_o, r_tc=r.r_tc, ssim=r.ssim,
+                       artifacts=dict(r.artifacts),
+                       error=None if r.error is None else ErrorAt(stage=r.error.stage, kind=r.error.kind))
+            for r in dedupe(records)[0] if r.verdict != "recovered"]

@@ -3,26 +3,25 @@ and the cells report.py renders as markdown."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pytest_retrace.results.stats import BREAKDOWNS
+from pytest_retrace.results.stats import Row, Statistics
 
 
-def _spread(g: dict[str, Any]) -> str:
-    if g.get("rate_mean") is None:
+def _spread(g: Row) -> str:
+    if g.rate_mean is None:
         return "-"
-    sd = "-" if g.get("rate_sd") is None else f"{100 * g['rate_sd']:.1f}"
-    return f"{100 * g['rate_mean']:.1f} ± {sd} ({g['runs']})"
+    sd = "-" if g.rate_sd is None else f"{100 * g.rate_sd:.1f}"
+    return f"{100 * g.rate_mean:.1f} ± {sd} ({g.runs})"
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def format_table(summary: dict[str, Any], *, by_domain: bool = False, by: str | None = None) -> str:
-    """Fixed-width plain-text table of a ``summarize()`` result; ``'-'`` marks missing values. The
-    ``shared`` column (several models only) is each rate on the cases no compared model errored on.
-    ``by`` ("domain", "kind" or "horizon") gives that breakdown; ``by_domain=True`` is ``by="domain"``."""
+def format_table(summary: Statistics, *, by_domain: bool = False, by: str | None = None) -> str:
+    """Fixed-width plain-text table of a summary (results.summary.Summary, or the statistics of
+    :func:`~pytest_retrace.results.stats.summarize`); ``'-'`` marks missing values. The ``shared`` column
+    (several models only) is each rate on the cases no compared model errored on. ``by`` ("domain", "kind" or
+    "horizon") gives that breakdown; ``by_domain=True`` is ``by="domain"``."""
     return pad_table(table_rows(summary, by="domain" if by_domain else by))
 
 
@@ -32,14 +31,12 @@ def pad_table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def table_rows(summary: dict[str, Any], *, by: str | None = None) -> list[list[str]]:
+def table_rows(summary: Statistics, *, by: str | None = None) -> list[list[str]]:
     """The cells of :func:`format_table` (header first), for other renderings of the same table (report.py)."""
-    if by is not None and by not in BREAKDOWNS:
-        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(BREAKDOWNS)}")
-    rows_in = summary.get(BREAKDOWNS[by], []) if by else summary["groups"]
-    shared = any(g.get("common_n") is not None for g in rows_in)
-    costly = any(g.get("calls") for g in rows_in)
-    repeated = any(g.get("runs") for g in rows_in)
+    rows_in = summary.rows(by)
+    shared = any(g.common_n is not None for g in rows_in)
+    costly = any(g.calls for g in rows_in)
+    repeated = any(g.runs for g in rows_in)
     header = [
         "model",
         "strategy",
@@ -58,25 +55,24 @@ def table_rows(summary: dict[str, Any], *, by: str | None = None) -> list[list[s
     ]
     rows = [header]
     for g in rows_in:
-        ci = "-" if g["rate"] is None else f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}]"
+        ci = "-" if g.rate is None else f"[{100 * g.ci_low:.1f}, {100 * g.ci_high:.1f}]"
         rows.append(
             [
-                g["model"],
-                g["strategy"],
-                "-" if g.get("budget") is None else str(g["budget"]),
-                *([g.get(by) or "-"] if by else []),
-                str(g["n"]),
-                str(g["recovered"]),
-                _pct(g["rate"]),
+                g.model,
+                g.strategy,
+                "-" if g.budget is None else str(g.budget),
+                *([g.category(by) or "-"] if by else []),
+                str(g.n),
+                str(g.recovered),
+                _pct(g.rate),
                 ci,
-                _pct(g["r_o_rate"]),
-                _pct(g["r_tc_rate"]),
-                str(g["errors"]),
-                *([_spread(g), " ".join(f"@{k} {_pct(v)}" for k, v in (g.get("success_at") or {}).items()) or "-"]
+                _pct(g.r_o_rate),
+                _pct(g.r_tc_rate),
+                str(g.errors),
+                *([_spread(g), " ".join(f"@{k} {_pct(v)}" for k, v in (g.success_at or {}).items()) or "-"]
                   if repeated else []),
-                *(["-" if g.get("common_n") is None else f"{_pct(g.get('common_rate'))} ({g['common_n']})"]
-                  if shared else []),
-                *([str(g.get("calls") or 0), "-" if g.get("cost") is None else f"${g['cost']:.2f}"] if costly else []),
+                *(["-" if g.common_n is None else f"{_pct(g.common_rate)} ({g.common_n})"] if shared else []),
+                *([str(g.calls), "-" if g.cost is None else f"${g.cost:.2f}"] if costly else []),
             ]
         )
     return rows

@@ -58,7 +58,7 @@ class Plots:
         try:
             from pytest_retrace.results.plots import write_plots
 
-            write_plots(summary.to_dict(), out, errors=errors)
+            write_plots(summary, out, errors=errors)
         except Exception as exc:  # noqa: BLE001 - no matplotlib, an unwritable directory: the run stands
             errors.append(f"{out}: {type(exc).__name__}: {exc}")
         for error in errors:
@@ -80,7 +80,7 @@ class SummaryMarkdown:
         path = rundir.summary_md(Path(run_dir))
         plots = [f"{rundir.PLOTS}/{name}" for name in PLOTS if (rundir.plots_dir(Path(run_dir)) / name).is_file()]
         try:
-            text = render_markdown(summary.to_dict(), self.title or f"pytest-retrace run {Path(run_dir).name}", plots)
+            text = render_markdown(summary, self.title or f"pytest-retrace run {Path(run_dir).name}", plots)
             path.write_text(text, encoding="utf-8")
         except Exception as exc:  # noqa: BLE001 - a view of the run must not fail it
             _warn(config, f"{path} not written: {type(exc).__name__}: {exc}")

@@ -146,4 +146,4 @@ def test_a_case_verified_by_determinism_only_is_recovered_by_the_oracle_not_by_n
     records = [Record.of_result(CaseRun(case, ModelConfig(m, m), "explicit-none", 2), r, nodeid=f"n{i}")
                for i, (r, m) in enumerate(((oracle, "oracle"), (noop, "noop")))]
     assert {r.error_state_verified_by for r in records} == {"determinism"}
-    assert summarize(records)["n_verified_by_determinism"] == 2
+    assert summarize(records).n_verified_by_determinism == 2

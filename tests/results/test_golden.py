@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_retrace import cli
+from pytest_retrace.results.merge import merge_runs
 from pytest_retrace.results.records import Failure, Record
-from pytest_retrace.results.report import format_report, render_markdown, render_report
+from pytest_retrace.results.report import render_markdown, render_report
 from pytest_retrace.results.summary import GateVerdict, RunInfo, Summary, build_summary
 from pytest_retrace.results.tables import format_table
 from tests.helpers import REPO
@@ -118,8 +119,6 @@ def golden_outputs(tmp: Path) -> dict[str, str]:
     out["retrace-summary.json"] = _cli(["summary", "--json", str(tmp / "before" / "results.jsonl")])
     out["retrace-report.txt"] = _cli(["report", *dirs])
     out["retrace-report.json"] = _cli(["report", "--json", *dirs])
-    from pytest_retrace.results.merge import merge_runs
-
     out["report.md"] = render_report(merge_runs(dirs), plots=["plots/rates.png"])
     return {name: text.replace(str(tmp), "TMP") for name, text in out.items()}
 

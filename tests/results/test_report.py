@@ -18,8 +18,8 @@ from pytest_retrace.results.merge import merge_runs
 from pytest_retrace.results.plots import FORMATS, PLOTS, PlotError, write_plots
 from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.report import format_report, render_markdown, render_report
-from pytest_retrace.results.stats import summarize
-from pytest_retrace.results.summary import RunInfo, Summary, build_summary
+from pytest_retrace.results.stats import Row, summarize
+from pytest_retrace.results.summary import GateVerdict, RunInfo, Summary, build_summary
 from pytest_retrace.results.tables import format_table
 from pytest_retrace.results.writers import Plots, SummaryJson, SummaryMarkdown
 from tests.helpers import REPO
@@ -49,8 +49,8 @@ def write_run(run_dir: Path, records: list[Record]) -> Path:
     return run_dir
 
 
-def row(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
-    [found] = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+def row(rows: list[Row], **match: Any) -> Row:
+    [found] = [r for r in rows if all(getattr(r, k) == v for k, v in match.items())]
     return found
 
 
@@ -82,18 +82,19 @@ def test_summary_breaks_rates_down_by_kind_and_horizon() -> None:
     ]
     s = summarize(records)
     # listed from the most to the least visible mistake, a case without a kind last; one model after the other
-    assert [(k["model"], k["kind"]) for k in s["kinds"]] == [
+    assert [(k.model, k.kind) for k in s.kinds] == [
         ("m", "visible"), ("m", "subtle"), ("m", "visual-only"), ("m", ""), ("n", "visible")]
-    visible, subtle = row(s["kinds"], model="m", kind="visible"), row(s["kinds"], model="m", kind="subtle")
-    assert (visible["n"], visible["recovered"], visible["rate"], visible["errors"]) == (2, 1, 0.5, 0)
-    assert (subtle["n"], subtle["recovered"], subtle["rate"], subtle["errors"]) == (1, 1, 1.0, 1)
-    assert subtle["ci_low"] == pytest.approx(0.206549, abs=1e-6)  # Wilson 1/1
-    short, long = row(s["horizons"], model="m", horizon="short"), row(s["horizons"], model="m", horizon="long")
-    assert [h["horizon"] for h in s["horizons"] if h["model"] == "m"] == ["short", "long", ""]
-    assert (short["n"], short["recovered"], long["n"], long["recovered"], long["errors"]) == (2, 1, 2, 1, 1)
+    visible, subtle = row(s.kinds, model="m", kind="visible"), row(s.kinds, model="m", kind="subtle")
+    assert (visible.n, visible.recovered, visible.rate, visible.errors) == (2, 1, 0.5, 0)
+    assert (subtle.n, subtle.recovered, subtle.rate, subtle.errors) == (1, 1, 1.0, 1)
+    assert subtle.ci_low == pytest.approx(0.206549, abs=1e-6)  # Wilson 1/1
+    short, long = row(s.horizons, model="m", horizon="short"), row(s.horizons, model="m", horizon="long")
+    assert [h.horizon for h in s.horizons if h.model == "m"] == ["short", "long", ""]
+    assert (short.n, short.recovered, long.n, long.recovered, long.errors) == (2, 1, 2, 1, 1)
     # the kind / horizon keys exist only in their own breakdown: groups and domains rows keep their keys
-    assert "kind" not in s["groups"][0] and "horizon" not in s["domains"][0] and "horizon" not in visible
-    assert visible["domain"] is None and visible["common_n"] == 1  # compared with n, which ran a only
+    assert "kind" not in s.groups[0].model_dump() and "horizon" not in s.domains[0].model_dump()
+    assert "horizon" not in visible.model_dump()
+    assert visible.domain is None and visible.common_n == 1  # compared with n, which ran a only
     table = format_table(s, by="kind").splitlines()
     assert table[0].split()[:4] == ["model", "strategy", "r", "kind"]
     assert table[1].split()[:8] == ["m", "implicit", "10", "visible", "2", "1", "50.0%", "[9.5,"]
@@ -119,19 +120,18 @@ def markdown_tables(text: str) -> list[list[str]]:
 
 def test_summary_md_holds_every_table_errors_and_plots() -> None:
     records = [rec("a", "R"), rec("b", "F", kind="hidden-state", horizon="long", domain="sheets"), rec("c", "E")]
-    summary = {**summarize(records), "run": {"env": "xvfb", "ssim_threshold": 0.99}}
-    text = render_markdown(summary, "run 42", plots=["plots/rates.png", "plots/kinds.png"])
+    text = render_markdown(run_summary(records), "run 42", plots=["plots/rates.png", "plots/kinds.png"])
     assert text.startswith("# run 42\n\n3 test(s); 1 infrastructure error(s), excluded from every rate; env xvfb; "
                            "R_O at SSIM ≥ 0.99.\n")
     for heading in ("## Recovery rate per model × strategy × budget", "## By domain", "## By kind of mistake",
-                    "## By horizon", "## Infrastructure errors", "## Plots"):
+                    "## By horizon", "## Infrastructure errors", "## Failed tests (2)", "## Plots"):
         assert f"\n{heading}\n" in text
     assert "| m | implicit | 10 | 2 | 1 | 50.0% | [9.5, 90.5] | 100.0% | 50.0% | 1 |" in text
     assert "| m | implicit | 10 | hidden-state | 1 | 0 | 0.0% | [0.0, 79.3] |" in text
     assert "| m | implicit | 10 | long | 1 | 0 | 0.0% |" in text
     assert "- env: 1" in text and "![rates](plots/rates.png)" in text and "![kinds](plots/kinds.png)" in text
     tables = markdown_tables(text)
-    assert len(tables) == 4
+    assert len(tables) == 5  # the rates, by domain, kind and horizon, and the failed tests
     for table in tables:  # a header, its rule, rows: every line with as many cells as the header
         assert len(table) >= 3 and set(table[1]) <= set("|:-")
         assert {line.count("|") for line in table} == {table[0].count("|")}
@@ -139,8 +139,8 @@ def test_summary_md_holds_every_table_errors_and_plots() -> None:
 
 def test_summary_md_shows_repeated_runs_and_the_gate() -> None:
     records = [rec("a", "R", run_index=0), rec("a", "F", run_index=1)]
-    summary = {**summarize(records), "gate": {"passed": False, "problems": ["m implicit r=10: too low"]}}
-    text = render_markdown(summary, "t")
+    gate = GateVerdict(passed=False, problems=["m implicit r=10: too low"], notes=[], strict=False)
+    text = render_markdown(run_summary(records).gated(gate), "t")
     assert "| runs: mean ± sd | success@k |" in text and "| 50.0 ± 70.7 (2) | @1 50.0% @2 100.0% |" in text
     assert "**FAILED**\n\n- m implicit r=10: too low" in text and "## Plots" not in text
 
@@ -164,16 +164,16 @@ def test_three_runs_mean_and_sample_sd_by_hand(tmp_path: Path) -> None:
     merged = merge_runs(three_runs(tmp_path))
     assert merged.units == ["run1", "run2", "run3"] and merged.warnings == []
     # the same test ids in three runs are three measurements, not one test rerun
-    assert merged.summary["n_records"] == 12 and [r.summary["n_records"] for r in merged.runs] == [4, 4, 4]
-    g = row(merged.summary["groups"], model="m")
-    assert (g["n"], g["recovered"], g["errors"], g["per_run"]) == (10, 6, 2, [0.75, 0.5, 0.5])
-    assert (g["runs"], g["rate_mean"], g["rate_sd"]) == (3, pytest.approx(0.583333, abs=1e-6),
+    assert merged.summary.n_records == 12 and [r.summary.n_records for r in merged.runs] == [4, 4, 4]
+    g = row(merged.summary.groups, model="m")
+    assert (g.n, g.recovered, g.errors, g.per_run) == (10, 6, 2, [0.75, 0.5, 0.5])
+    assert (g.runs, g.rate_mean, g.rate_sd) == (3, pytest.approx(0.583333, abs=1e-6),
                                                          pytest.approx(0.144338, abs=1e-6))
-    files, sheets = row(merged.summary["domains"], domain="files"), row(merged.summary["domains"], domain="sheets")
-    assert files["per_run"] == [1.0, 0.5, 1.0] and sheets["per_run"] == [0.5, None, 0.0]
-    assert files["rate_mean"] == pytest.approx(0.833333, abs=1e-6)
-    assert files["rate_sd"] == pytest.approx(0.288675, abs=1e-6)
-    assert sheets["rate_mean"] == pytest.approx(0.25) and sheets["rate_sd"] == pytest.approx(0.353553, abs=1e-6)
+    files, sheets = row(merged.summary.domains, domain="files"), row(merged.summary.domains, domain="sheets")
+    assert files.per_run == [1.0, 0.5, 1.0] and sheets.per_run == [0.5, None, 0.0]
+    assert files.rate_mean == pytest.approx(0.833333, abs=1e-6)
+    assert files.rate_sd == pytest.approx(0.288675, abs=1e-6)
+    assert sheets.rate_mean == pytest.approx(0.25) and sheets.rate_sd == pytest.approx(0.353553, abs=1e-6)
     text = format_report(merged)
     assert "58.3 ± 14.4" in text and "75.0 / 50.0 / 50.0" in text
     [sheets_line] = [line for line in text.splitlines() if line.startswith("m ") and "sheets" in line]
@@ -186,9 +186,9 @@ def test_a_run_with_repeated_indices_counts_each_index_and_reruns_dedupe_within_
                                       rec("a", "R", run_index=1)])  # a rerun of a finished test: ignored
     merged = merge_runs([one])
     assert merged.units == ["k2:run0", "k2:run1"]
-    g = merged.summary["groups"][0]
-    assert (g["n"], g["per_run"], g["rate_sd"]) == (2, [1.0, 0.0], pytest.approx(math.sqrt(0.5)))
-    assert merged.runs[0].summary["n_ignored_reruns"] == 1
+    g = merged.summary.groups[0]
+    assert (g.n, g.per_run, g.rate_sd) == (2, [1.0, 0.0], pytest.approx(math.sqrt(0.5)))
+    assert merged.runs[0].summary.n_ignored_reruns == 1
 
 
 def test_paired_comparison_with_mcnemar_p_by_hand(tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_collisions_and_repeated_run_dirs_are_warned_about(tmp_path: Path, capsy
          "cases/sheets/b.yaml::test_recovery[b-m-implicit-r10]): two case files with the same id? Comparisons use "
          "the first"),
     ]
-    assert merged.summary["n_records"] == 3  # the summary folds the clash: hence the warning
+    assert merged.summary.n_records == 3  # the summary folds the clash: hence the warning
     assert cli.main(["report", str(run)]) == 0
     assert f"warning: run: test id {clash} belongs to two different case files" in capsys.readouterr().out
 
@@ -348,8 +348,8 @@ def test_the_criteria_plot_stacks_r_o_against_r_tc_from_the_counts() -> None:
     records = [rec("a", "R"), rec("b", "F"), rec("c", "F"),
                rec("d", "F").model_copy(update={"r_o": False, "r_tc": True}),
                rec("e", "F").model_copy(update={"r_o": False, "r_tc": False})]
-    [g] = summarize(records)["groups"]
-    assert (g["n"], g["recovered"], g["r_o_only"], g["r_tc_only"]) == (5, 1, 2, 1)
+    [g] = summarize(records).groups
+    assert (g.n, g.recovered, g.r_o_only, g.r_tc_only) == (5, 1, 2, 1)
     from pytest_retrace.results.plots import _criteria, _style
 
     with _style():
@@ -537,11 +537,11 @@ def test_a_real_repeated_run_counts_a_case_once_in_its_interval(project: pytest.
                                        "typo-short or select-all-short", "--retrace-run=k2", "-n", "2",
                                        "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.TESTS_FAILED, res.stdout.str()[-3000:]
-    summary = json.loads((project.path / "reports" / "k2" / "summary.json").read_text())
-    oracle = row(summary["groups"], model="oracle")
-    noop = row(summary["groups"], model="noop")
-    assert (oracle["n"], oracle["recovered"], oracle["clusters"], oracle["effective_n"]) == (4, 4, 2, 2.0)
-    assert (oracle["ci_low"], oracle["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(2, 2))
-    assert (oracle["ci_low"], oracle["ci_high"]) != tuple(round(x, 6) for x in wilson_interval(4, 4))
-    assert (noop["n"], noop["recovered"], noop["clusters"]) == (4, 0, 2)
-    assert (noop["ci_low"], noop["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(0, 2))
+    summary = Summary.read(project.path / "reports" / "k2" / "summary.json")
+    oracle = row(summary.groups, model="oracle")
+    noop = row(summary.groups, model="noop")
+    assert (oracle.n, oracle.recovered, oracle.clusters, oracle.effective_n) == (4, 4, 2, 2.0)
+    assert (oracle.ci_low, oracle.ci_high) == tuple(round(x, 6) for x in wilson_interval(2, 2))
+    assert (oracle.ci_low, oracle.ci_high) != tuple(round(x, 6) for x in wilson_interval(4, 4))
+    assert (noop.n, noop.recovered, noop.clusters) == (4, 0, 2)
+    assert (noop.ci_low, noop.ci_high) == tuple(round(x, 6) for x in wilson_interval(0, 2))

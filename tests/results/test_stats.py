@@ -7,10 +7,11 @@ import re
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from pytest_retrace.results.intervals import wilson_interval
 from pytest_retrace.results.records import SCHEMA_VERSION, Record
-from pytest_retrace.results.stats import GroupStats
+from pytest_retrace.results.stats import Row, Statistics
 from pytest_retrace.results.stats import summarize as _summarize
 from pytest_retrace.results.tables import format_table
 
@@ -18,7 +19,7 @@ _REQUIRED = {"schema_version": SCHEMA_VERSION, "case": None, "task": None, "doma
              "kind": None, "budget": 10, "finished_at": "2026-11-30T00:00:00+00:00"}
 
 
-def summarize(records: Any) -> dict[str, Any]:
+def summarize(records: Any) -> Statistics:
     """The tests write records as results.jsonl holds them (JSON objects); summarize reads typed records."""
     return _summarize(Record.from_dict({**_REQUIRED, **r}) for r in records)
 
@@ -57,8 +58,8 @@ def rec(
     }
 
 
-def group(summary: dict[str, Any], model: str, strategy: str) -> dict[str, Any]:
-    [g] = [g for g in summary["groups"] if (g["model"], g["strategy"]) == (model, strategy)]
+def group(summary: Statistics, model: str, strategy: str) -> Row:
+    [g] = [g for g in summary.groups if (g.model, g.strategy) == (model, strategy)]
     return g
 
 
@@ -120,24 +121,24 @@ def test_errors_excluded_from_rates_but_counted() -> None:
     ]
     s = summarize(records)
     g = group(s, "oracle", "implicit")
-    assert (g["n"], g["recovered"], g["errors"], g["total"]) == (2, 1, 3, 5)
-    assert g["rate"] == 0.5
-    assert (g["ci_low"], g["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(1, 2))
-    assert (g["r_o_rate"], g["r_tc_rate"]) == (0.5, 1.0)
-    assert g["mean_ssim"] == pytest.approx(0.7)
-    assert g["domain"] is None
-    assert (s["n_records"], s["n_errors"]) == (5, 3)
-    assert s["error_kinds"] == {"timeout": 2, "vm_crash": 1}
-    assert list(s["error_kinds"]) == sorted(s["error_kinds"])
+    assert (g.n, g.recovered, g.errors, g.total) == (2, 1, 3, 5)
+    assert g.rate == 0.5
+    assert (g.ci_low, g.ci_high) == tuple(round(x, 6) for x in wilson_interval(1, 2))
+    assert (g.r_o_rate, g.r_tc_rate) == (0.5, 1.0)
+    assert g.mean_ssim == pytest.approx(0.7)
+    assert g.domain is None
+    assert (s.n_records, s.n_errors) == (5, 3)
+    assert s.error_kinds == {"timeout": 2, "vm_crash": 1}
+    assert list(s.error_kinds) == sorted(s.error_kinds)
 
 
 def test_only_errors_gives_none_rates() -> None:
     s = summarize([rec("a", "error"), rec("b", "error", kind="")])
     g = group(s, "oracle", "implicit")
-    assert (g["n"], g["errors"], g["total"]) == (0, 2, 2)
-    assert g["rate"] is g["r_o_rate"] is g["r_tc_rate"] is g["mean_ssim"] is None
-    assert (g["ci_low"], g["ci_high"]) == (0.0, 1.0)
-    assert s["error_kinds"] == {"timeout": 1, "unknown": 1}
+    assert (g.n, g.errors, g.total) == (0, 2, 2)
+    assert g.rate is g.r_o_rate is g.r_tc_rate is g.mean_ssim is None
+    assert (g.ci_low, g.ci_high) == (0.0, 1.0)
+    assert s.error_kinds == {"timeout": 1, "unknown": 1}
 
 
 def test_none_fields_handled() -> None:
@@ -149,12 +150,12 @@ def test_none_fields_handled() -> None:
     records.append({"nodeid": "d", "model": "m", "strategy": "s", "verdict": "error", "error": None})
     s = summarize(records)
     g = group(s, "oracle", "implicit")
-    assert (g["r_o_rate"], g["r_tc_rate"], g["mean_ssim"]) == (0.5, 0.0, None)
+    assert (g.r_o_rate, g.r_tc_rate, g.mean_ssim) == (0.5, 0.0, None)
     sparse = group(s, "m", "s")
-    assert (sparse["n"], sparse["recovered"], sparse["errors"], sparse["r_o_rate"]) == (1, 1, 1, 0.0)
-    assert s["error_kinds"] == {"unknown": 1}
-    assert [d["domain"] for d in s["domains"] if d["model"] == "m"] == [""]
-    json.dumps(s)
+    assert (sparse.n, sparse.recovered, sparse.errors, sparse.r_o_rate) == (1, 1, 1, 0.0)
+    assert s.error_kinds == {"unknown": 1}
+    assert [d.domain for d in s.domains if d.model == "m"] == [""]
+    json.dumps(s.to_dict())
 
 
 def test_order_independent() -> None:
@@ -178,10 +179,10 @@ def test_order_independent() -> None:
         rng.shuffle(records)
         shuffled = summarize(iter(records))
         assert shuffled == expected
-        assert json.dumps(shuffled) == json.dumps(expected)
-    keys = [(g["model"], g["strategy"]) for g in expected["groups"]]
+        assert json.dumps(shuffled.to_dict()) == json.dumps(expected.to_dict())
+    keys = [(g.model, g.strategy) for g in expected.groups]
     assert keys == sorted(keys) and len(keys) == len(set(keys))
-    cells = [(d["model"], d["strategy"], d["domain"]) for d in expected["domains"]]
+    cells = [(d.model, d.strategy, d.domain) for d in expected.domains]
     assert cells == sorted(cells)
 
 
@@ -189,8 +190,8 @@ def test_floats_rounded_to_six_decimals() -> None:
     s = summarize([rec("a"), rec("b", "not_recovered"), rec("c", "not_recovered", ssim=0.1234567891)])
     g = group(s, "oracle", "implicit")
     for key in ("rate", "ci_low", "ci_high", "r_o_rate", "r_tc_rate", "mean_ssim"):
-        assert g[key] == round(g[key], 6)
-    assert g["rate"] == 0.333333
+        assert getattr(g, key) == round(getattr(g, key), 6)
+    assert g.rate == 0.333333
 
 
 def test_a_finished_verdict_is_final_and_only_an_error_is_replaced() -> None:
@@ -198,12 +199,12 @@ def test_a_finished_verdict_is_final_and_only_an_error_is_replaced() -> None:
     resumed = [rec("a", "recovered")]
     s = summarize(first_run + resumed)
     g = group(s, "oracle", "implicit")
-    assert (g["n"], g["recovered"], g["errors"], g["total"]) == (2, 1, 0, 2)
-    assert (s["n_records"], s["n_errors"], s["error_kinds"], s["n_ignored_reruns"]) == (2, 0, {}, 0)
+    assert (g.n, g.recovered, g.errors, g.total) == (2, 1, 0, 2)
+    assert (s.n_records, s.n_errors, s.error_kinds, s.n_ignored_reruns) == (2, 0, {}, 0)
     # rerunning a failure under the same run cannot make it best-of-k, and a later error cannot erase it
     s = summarize([rec("b", "not_recovered"), rec("b", "recovered"), rec("c", "recovered"), rec("c", "error")])
     g = group(s, "oracle", "implicit")
-    assert (g["n"], g["recovered"], g["errors"], s["n_ignored_reruns"]) == (2, 1, 0, 2)
+    assert (g.n, g.recovered, g.errors, s.n_ignored_reruns) == (2, 1, 0, 2)
 
 
 def test_per_domain_grouping() -> None:
@@ -215,42 +216,26 @@ def test_per_domain_grouping() -> None:
         rec("x1", domain="files", model="gpt"),
     ]
     s = summarize(records)
-    cells = {(d["model"], d["strategy"], d["domain"]): d for d in s["domains"]}
+    cells = {(d.model, d.strategy, d.domain): d for d in s.domains}
     assert list(cells) == [
         ("gpt", "implicit", "files"),
         ("oracle", "implicit", "files"),
         ("oracle", "implicit", "sheets"),
     ]
     files, sheets = cells["oracle", "implicit", "files"], cells["oracle", "implicit", "sheets"]
-    assert (files["n"], files["recovered"], files["rate"], files["errors"]) == (2, 1, 0.5, 0)
-    assert (sheets["n"], sheets["recovered"], sheets["rate"], sheets["errors"]) == (1, 1, 1.0, 1)
+    assert (files.n, files.recovered, files.rate, files.errors) == (2, 1, 0.5, 0)
+    assert (sheets.n, sheets.recovered, sheets.rate, sheets.errors) == (1, 1, 1.0, 1)
     overall = group(s, "oracle", "implicit")
-    assert (overall["n"], overall["recovered"], overall["errors"]) == (3, 2, 1)
+    assert (overall.n, overall.recovered, overall.errors) == (3, 2, 1)
 
 
-def test_group_stats_to_dict() -> None:
-    gs = GroupStats(
-        model="m",
-        strategy="s",
-        budget=3,
-        domain=None,
-        n=3,
-        recovered=1,
-        rate=1 / 3,
-        ci_low=0.0615,
-        ci_high=0.7923,
-        r_o_rate=None,
-        r_tc_rate=2 / 3,
-        errors=1,
-        total=4,
-        mean_ssim=None,
-        calls=0,
-        input_tokens=0,
-        output_tokens=0,
-        cost=None,
-    )
-    d = gs.to_dict()
-    assert d["rate"] == 0.333333 and d["r_tc_rate"] == 0.666667 and d["r_o_rate"] is None
+def test_a_row_dumps_the_keys_summary_json_always_had() -> None:
+    g = Row(model="m", strategy="s", budget=3, domain=None, n=3, recovered=1, rate=0.333333, ci_low=0.0615,
+            ci_high=0.7923, r_o_rate=None, r_tc_rate=0.666667, errors=1, total=4, mean_ssim=None, calls=0,
+            input_tokens=0, output_tokens=0, cost=None)
+    d = g.model_dump(mode="json")
+    assert d["rate"] == 0.333333 and d["r_o_rate"] is None
+    # kind / horizon only in their own breakdown's rows, per_run only in a merged report
     assert list(d) == [
         "model",
         "strategy",
@@ -282,14 +267,18 @@ def test_group_stats_to_dict() -> None:
         "r_o_only",
         "r_tc_only",
     ]
-    with pytest.raises(AttributeError):
-        gs.n = 4  # type: ignore[misc]
+    assert list(g.model_copy(update={"kind": "", "per_run": [0.5]}).model_dump())[-3:] == [
+        "r_o_only", "r_tc_only", "per_run"]
+    assert "kind" in g.model_copy(update={"kind": ""}).model_dump()
+    with pytest.raises(ValidationError):
+        g.n = 4  # type: ignore[misc]
 
 
 def test_empty() -> None:
     s = summarize([])
-    assert s == {"groups": [], "domains": [], "kinds": [], "horizons": [], "n_records": 0, "n_errors": 0,
-                 "error_kinds": {}, "n_ignored_reruns": 0, "n_verified_by_determinism": 0}
+    assert s == Statistics(groups=[], n_records=0, n_errors=0)
+    assert s.to_dict() == {"groups": [], "domains": [], "kinds": [], "horizons": [], "n_records": 0, "n_errors": 0,
+                           "error_kinds": {}, "n_ignored_reruns": 0, "n_verified_by_determinism": 0}
     assert format_table(s).split() == [
         "model",
         "strategy",
@@ -409,8 +398,8 @@ def test_each_budget_is_its_own_group() -> None:
     for r in records:
         r["case"] = "a"
     s = summarize(records)
-    assert [(g["budget"], g["recovered"]) for g in s["groups"]] == [(1, 0), (3, 1), (10, 1)]
-    assert [(d["budget"], d["domain"]) for d in s["domains"]] == [(1, "files"), (3, "files"), (10, "files")]
+    assert [(g.budget, g.recovered) for g in s.groups] == [(1, 0), (3, 1), (10, 1)]
+    assert [(d.budget, d.domain) for d in s.domains] == [(1, "files"), (3, "files"), (10, "files")]
 
 
 def test_shared_cases_rate_leaves_out_cases_any_compared_model_errored_on() -> None:
@@ -422,19 +411,19 @@ def test_shared_cases_rate_leaves_out_cases_any_compared_model_errored_on() -> N
         records += [dict(rec(f"{case}-A", a, model="A"), case=case), dict(rec(f"{case}-B", b, model="B"), case=case)]
     s = summarize(records)
     a, b = group(s, "A", "implicit"), group(s, "B", "implicit")
-    assert (a["rate"], b["rate"]) == (0.5, 0.5)
-    assert (b["n"], b["recovered"]) == (2, 1)
-    assert (a["common_n"], a["common_recovered"], a["common_rate"]) == (2, 2, 1.0)
-    assert (b["common_n"], b["common_recovered"], b["common_rate"]) == (2, 1, 0.5)
+    assert (a.rate, b.rate) == (0.5, 0.5)
+    assert (b.n, b.recovered) == (2, 1)
+    assert (a.common_n, a.common_recovered, a.common_rate) == (2, 2, 1.0)
+    assert (b.common_n, b.common_recovered, b.common_rate) == (2, 1, 0.5)
     records[0]["verdict"] = "error"  # an error of A's own on c1 changes nothing shared: B had errored there
     a = group(summarize(records), "A", "implicit")
-    assert (a["rate"], a["common_rate"], a["common_n"]) == (0.666667, 1.0, 2)
+    assert (a.rate, a.common_rate, a.common_n) == (0.666667, 1.0, 2)
     assert "shared (n)" in format_table(summarize(records))
 
 
 def test_a_single_model_has_no_shared_cases_column() -> None:
     s = summarize([rec("a"), rec("b", "error")])
-    assert group(s, "oracle", "implicit")["common_n"] is None
+    assert group(s, "oracle", "implicit").common_n is None
     assert "shared" not in format_table(s)
 
 
@@ -443,7 +432,7 @@ def test_usage_and_cost_are_summed_per_group() -> None:
               context_usage={"calls": 1, "input_tokens": 50, "output_tokens": 5, "cost": 0.05})
     r2 = dict(rec("b"), usage={"calls": 2, "input_tokens": 40, "output_tokens": 4})
     g = group(summarize([r1, r2]), "oracle", "implicit")
-    assert (g["calls"], g["input_tokens"], g["output_tokens"], g["cost"]) == (6, 190, 19, 0.3)
+    assert (g.calls, g.input_tokens, g.output_tokens, g.cost) == (6, 190, 19, 0.3)
     assert "$0.30" in format_table(summarize([r1, r2]))
 
 
@@ -461,15 +450,15 @@ def test_three_runs_give_mean_sd_and_success_at_k_as_computed_by_hand() -> None:
     records = [dict(rec(f"{case}-run{i}", verdicts[v]), case=case, run_index=i)
                for case, runs in plan.items() for i, v in enumerate(runs)]
     g = group(summarize(records), "oracle", "implicit")
-    assert (g["runs"], g["n"], g["errors"]) == (3, 11, 1)
-    assert g["rate_mean"] == pytest.approx(0.444444, abs=1e-6)
-    assert g["rate_sd"] == pytest.approx(0.267879, abs=1e-6)
-    assert g["success_at"] == {"1": pytest.approx(0.458333, abs=1e-6), "2": pytest.approx(0.666667, abs=1e-6),
+    assert (g.runs, g.n, g.errors) == (3, 11, 1)
+    assert g.rate_mean == pytest.approx(0.444444, abs=1e-6)
+    assert g.rate_sd == pytest.approx(0.267879, abs=1e-6)
+    assert g.success_at == {"1": pytest.approx(0.458333, abs=1e-6), "2": pytest.approx(0.666667, abs=1e-6),
                                "3": pytest.approx(0.666667, abs=1e-6)}
     table = format_table(summarize(records))
     assert "44.4 ± 26.8 (3)" in table and "@1 45.8% @2 66.7% @3 66.7%" in table
     single = group(summarize([rec("a"), rec("b")]), "oracle", "implicit")
-    assert single["runs"] is single["rate_mean"] is single["success_at"] is None  # one run: no such columns
+    assert single.runs is single.rate_mean is single.success_at is None  # one run: no such columns
 
 
 # --- repeated runs: the interval is clustered by case -----------------------------------------------
@@ -485,10 +474,10 @@ def test_k_runs_of_one_case_are_one_cluster_not_k_trials() -> None:
     """4 of 10 cases recovered in all 3 runs, 6 in none: 12/30 trials, but the evidence is 4 of 10 cases."""
     plan = {f"c{i}": "RRR" if i < 4 else "FFF" for i in range(10)}
     g = group(summarize(runs_of(plan)), "oracle", "implicit")
-    assert (g["n"], g["recovered"], g["clusters"], g["effective_n"]) == (30, 12, 10, 10.0)
-    assert (g["ci_low"], g["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(4, 10))
+    assert (g.n, g.recovered, g.clusters, g.effective_n) == (30, 12, 10, 10.0)
+    assert (g.ci_low, g.ci_high) == tuple(round(x, 6) for x in wilson_interval(4, 10))
     pooled_low, pooled_high = wilson_interval(12, 30)  # what counting the 30 trials as independent would claim
-    assert g["ci_high"] - g["ci_low"] > pooled_high - pooled_low + 0.1
+    assert g.ci_high - g.ci_low > pooled_high - pooled_low + 0.1
 
 
 def test_cluster_interval_by_hand_and_one_run_is_plain_wilson() -> None:
@@ -496,11 +485,11 @@ def test_cluster_interval_by_hand_and_one_run_is_plain_wilson() -> None:
     n_eff = p(1 - p) / V = 0.25 * 18 = 4.5; Wilson at p = 0.5, n = 4.5, z = 1.96: centre 0.5,
     half = z / (1 + z²/4.5) * sqrt(0.25/4.5 + z²/(4 * 4.5²)) = 0.339310."""
     g = group(summarize(runs_of({"a": "RR", "b": "RF", "c": "FF"})), "oracle", "implicit")
-    assert g["effective_n"] == pytest.approx(4.5) and g["clusters"] == 3
+    assert g.effective_n == pytest.approx(4.5) and g.clusters == 3
     z = 1.959963984540054
     half = z / (1 + z * z / 4.5) * math.sqrt(0.25 / 4.5 + z * z / (4 * 4.5**2))
     assert half == pytest.approx(0.339310, abs=1e-6)
-    assert (g["ci_low"], g["ci_high"]) == (round(0.5 - half, 6), round(0.5 + half, 6))
+    assert (g.ci_low, g.ci_high) == (round(0.5 - half, 6), round(0.5 + half, 6))
     single = group(summarize(runs_of({"a": "R", "b": "F", "c": "F", "d": "R", "e": "R"})), "oracle", "implicit")
-    assert (single["ci_low"], single["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(3, 5))
-    assert single["clusters"] is single["effective_n"] is None  # one trial per case: not clustered
+    assert (single.ci_low, single.ci_high) == tuple(round(x, 6) for x in wilson_interval(3, 5))
+    assert single.clusters is single.effective_n is None  # one trial per case: not clustered
