@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -164,18 +164,7 @@ class Record(_Model):
 
     @classmethod
     def from_dict(cls, data: Any) -> Record:
-        if not isinstance(data, dict):
-            raise RecordError(f"a record must be a JSON object, got {type(data).__name__}")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise RecordError(f"record schema_version {version!r}: this version of pytest-retrace reads "
-                              f"{SCHEMA_VERSION} only")
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise RecordError(f"{where}: {err['msg']}") from None
+        return validate_versioned(cls, data, what="record", reads=(SCHEMA_VERSION,), error=RecordError)
 
 
 def _loads(line: str) -> Any:
@@ -204,3 +193,24 @@ def dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
         by_id.pop(record.nodeid, None)  # re-insert so dict order follows the winning record
         by_id[record.nodeid] = record
     return list(by_id.values()), ignored
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_versioned(model: type[M], data: Any, *, what: str, reads: tuple[int, ...],
+                       error: type[ValueError]) -> M:
+    """``data`` (parsed JSON) as ``model``, for the run directory's versioned files (results.jsonl's records,
+    summary.json): a non-object, a ``schema_version`` this version cannot read, or a field that does not
+    validate is ``error`` naming the first field that failed."""
+    if not isinstance(data, dict):
+        raise error(f"a {what} must be a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version not in reads:
+        raise error(f"{what} schema_version {version!r}: this version of pytest-retrace reads "
+                    f"{', '.join(map(str, reads))} only")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise error(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from pytest_retrace.results.records import Record, dedupe
+from pytest_retrace.results.records import Record, dedupe, validate_versioned
 from pytest_retrace.results.stats import Statistics, summarize
 
 SCHEMA_VERSION = 1  # of summary.json
@@ -147,16 +147,7 @@ class Summary(Statistics):
 
     @classmethod
     def from_dict(cls, data: Any) -> Summary:
-        if not isinstance(data, dict):
-            raise SummaryError(f"a summary must be a JSON object, got {type(data).__name__}")
-        if data.get("schema_version") not in READS:
-            raise SummaryError(f"summary schema_version {data.get('schema_version')!r}: this version of "
-                               f"pytest-retrace reads {', '.join(map(str, READS))}")
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise SummaryError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+        return validate_versioned(cls, data, what="summary", reads=READS, error=SummaryError)
 
     @classmethod
     def read(cls, path: Path) -> Summary:
