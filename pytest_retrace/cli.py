@@ -198,24 +198,16 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
-    """Every OSWorld task JSON under the paths: supported, or exactly why not. Exit 0 when all are."""
-    from pytest_retrace.dataset.osworld_task import check_task
+    """Every OSWorld task under the paths: supported, or every reason why not. Exit 0 when all are."""
+    from pytest_retrace.dataset.osworld_check import report
 
-    files = sorted(f for p in map(Path, args.paths) for f in ([p] if p.is_file() else p.rglob("*.json")))
-    if not files:
-        print(f"retrace osworld check: no task JSON under {' '.join(args.paths)}", file=sys.stderr)
-        return 2
-    bad = 0
-    for path in files:
-        task_id, problems = check_task(path, Path(args.osworld_cache) if args.osworld_cache else None)
-        where = f"{path.parent.name}/{task_id}"
-        if problems:
-            bad += 1
-            print(f"NO  {where}: " + "; ".join(problems))
-        else:
-            print(f"ok  {where}")
-    print(f"{len(files) - bad} supported, {bad} not supported (of {len(files)})")
-    return 1 if bad else 0
+    status = report([Path(p) for p in args.paths], sys.stdout,
+                    examples=Path(args.examples) if args.examples else None,
+                    cache_dir=Path(args.osworld_cache) if args.osworld_cache else None,
+                    as_json=args.json, verbose=args.verbose)
+    if status == 2:
+        print(f"retrace osworld check: no task definition in {' '.join(args.paths)}", file=sys.stderr)
+    return status
 
 
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
@@ -354,7 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     osw = sub.add_parser("osworld", help="OSWorld compatibility")
     osw_sub = osw.add_subparsers(dest="osworld_command", required=True)
     chk = osw_sub.add_parser("check", help="per OSWorld task JSON: supported here, or exactly why not")
-    chk.add_argument("paths", nargs="+", help="task JSON files or directories (evaluation_examples/examples)")
+    chk.add_argument("paths", nargs="+", help="task definition files, directories of them "
+                     "(evaluation_examples/examples), or task lists ({domain: [id, ...]}, as test_all.json)")
+    chk.add_argument("--examples", metavar="DIR",
+                     help="where a task list's task files are (<domain>/<id>.json; default: <list's dir>/examples)")
+    chk.add_argument("--json", action="store_true", help="one JSON object per task per line")
+    chk.add_argument("--verbose", "-v", action="store_true",
+                     help="also name the skipped files and list the known metrics and getters")
     chk.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
     chk.set_defaults(func=_cmd_osworld_check)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")

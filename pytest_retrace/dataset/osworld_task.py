@@ -1,5 +1,6 @@
 """An OSWorld task definition as a :class:`Task`: finding its JSON, converting it (setup through
-dataset/osworld_setup.py, the evaluator checked against ours), and ``retrace osworld check``."""
+dataset/osworld_setup.py, the evaluator checked against ours), the evaluator problem ``build_task`` reports
+(``retrace osworld check``, dataset/osworld_check.py, lists every problem)."""
 
 from __future__ import annotations
 
@@ -81,30 +82,6 @@ def build_task(
     return task, meta
 
 
-def check_task(path: Path, cache_dir: Path | None = None) -> tuple[str, list[str]]:
-    """``retrace osworld check``: a task JSON's id and every reason it cannot be reproduced here (none: it can
-    — its setup converts to our steps, the files it uploads are here, and its evaluator maps onto ours).
-    ``cache_dir`` is as :func:`import_osworld`'s."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return path.stem, [f"not a readable task JSON: {exc}"]
-    if not isinstance(data, dict):
-        return path.stem, ["not a task: the top level must be an object"]
-    task_id = str(data.get("id") or path.stem)
-    problems = []
-    if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
-        problems.append("instruction: missing or empty")
-    config = data.get("config", [])
-    if not isinstance(config, list):
-        problems.append("config: must be a list of steps")
-    else:
-        problems += [reason for _kind, reason in convert_config(config, task_id=task_id, cache_dir=cache_dir)[1]]
-    if (problem := evaluator_problem(data.get("evaluator"))) is not None:
-        problems.append(f"evaluator: {problem}")
-    return task_id, problems
-
-
 def evaluator_problem(evaluator: Any) -> str | None:
     """Why an OSWorld evaluator cannot be checked here, or None if it can."""
     if evaluator is None:
@@ -121,5 +98,4 @@ def evaluator_problem(evaluator: Any) -> str | None:
     return None
 
 
-
-__all__ = ["PLACEHOLDER_EVALUATOR", "TASK_SIBLINGS", "build_task", "check_task", "evaluator_problem", "task_definition"]
+__all__ = ["PLACEHOLDER_EVALUATOR", "TASK_SIBLINGS", "build_task", "evaluator_problem", "task_definition"]

@@ -423,26 +423,3 @@ def test_runs_of_one_task_by_several_models_get_distinct_ids(dirs: tuple[Path, P
 def test_missing_results_dir_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         import_osworld(tmp_path / "nope")
-
-
-def test_osworld_check_says_per_task_whether_it_is_supported_and_why_not(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_retrace.cli import main
-
-    examples = tmp_path / "examples"
-    write_example(examples, "os", "good")
-    write_example(examples, "os", "upload", config=[{"type": "upload_file", "parameters": {"files": []}}, *CONFIG])
-    write_example(examples, "libreoffice_calc", "calc", evaluator=OSWORLD_EVALUATOR)
-    (examples / "os" / "broken.json").write_text("{not json")
-    assert main(["osworld", "check", str(examples)]) == 1
-    out = capsys.readouterr().out.splitlines()
-    assert "ok  os/good" in out
-    [upload] = [line for line in out if line.startswith("NO  os/upload")]
-    assert "config step 0 (upload_file): files must be a non-empty list" in upload  # tests/dataset/test_osworld_setup.py
-    [calc] = [line for line in out if line.startswith("NO  libreoffice_calc/calc")]
-    assert "evaluator: " in calc
-    [broken] = [line for line in out if line.startswith("NO  os/broken")]
-    assert "not a readable task JSON" in broken
-    assert out[-1] == "1 supported, 3 not supported (of 4)"
-    assert main(["osworld", "check", str(examples / "os" / "good.json")]) == 0
-    assert main(["osworld", "check", str(tmp_path / "empty")]) == 2

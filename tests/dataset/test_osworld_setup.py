@@ -170,12 +170,11 @@ def test_osworld_check_reports_uploads_and_activation(tmp_path: Path, capsys: py
     assert main(["osworld", "check", str(examples), "--osworld-cache", str(cache)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert f"ok  os/{TASK_ID}" in out
-    assert ("NO  os/bad-activate: config step 0 (activate_window): window_name must be a non-empty string, "
+    assert ("NO  os/bad-activate: bad config step 0 (activate_window): window_name must be a non-empty string, "
             "got None") in out
     assert main(["osworld", "check", str(examples / "os" / f"{TASK_ID}.json")]) == 1  # no cache: not here
     [line] = capsys.readouterr().out.splitlines()[:1]
-    assert line.startswith(f"NO  os/{TASK_ID}: config step 0 (upload_file): files[0].url: {URL} would be "
-                           "downloaded")
+    assert line == f"NO  os/{TASK_ID}: cloud file not in cache {URL}"
 
 
 # -- on real environments ---------------------------------------------------------------------------------
