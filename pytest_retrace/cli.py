@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -384,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         args.scripted = ["rollouts"]
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.func(args, extra)
+    try:
+        return args.func(args, extra)
+    except BrokenPipeError:  # a reader that stopped early (`| head`): no traceback, and none at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

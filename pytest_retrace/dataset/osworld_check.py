@@ -34,6 +34,14 @@ class Problem(NamedTuple):
     def __str__(self) -> str:
         return f"{self.reason} {self.detail}" if self.detail else self.reason
 
+    @property
+    def shown(self) -> str:
+        """The detail as a task line shows it: a cloud file by its name (the name it must have in the cache;
+        its URL, 100 characters of which are the same for every task, is in --json)."""
+        if self.reason == "cloud file not in cache":
+            return self.detail.rstrip("/").rpartition("/")[2] or self.detail
+        return self.detail
+
 
 @dataclass
 class TaskCheck:
@@ -51,9 +59,14 @@ class TaskCheck:
     def line(self) -> str:
         if self.supported:
             return f"ok  {self.domain}/{self.id}"
-        counts = Counter(self.problems)  # in first-seen order; a step repeated shows once, with its count
+        # one part per reason, in first-seen order, its values after it; a value repeated shows once, counted
+        by_reason: dict[str, Counter[str]] = {}
+        for p in self.problems:
+            by_reason.setdefault(p.reason, Counter())[p.shown] += 1
         return f"NO  {self.domain}/{self.id}: " + "; ".join(
-            str(p) + (f" ({n}x)" if n > 1 else "") for p, n in counts.items())
+            reason + (" " if any(values) else "")
+            + ", ".join(v + (f" ({n}x)" if n > 1 else "") for v, n in values.items() if v)
+            for reason, values in by_reason.items())
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "domain": self.domain, "file": str(self.file), "supported": self.supported,
@@ -228,7 +241,7 @@ def summary_lines(checks: list[TaskCheck]) -> list[str]:
         seen = dict.fromkeys(check.problems)  # a value counts once per task
         tasks.update({p.reason for p in seen})
         for p in seen:
-            values.setdefault(p.reason, Counter())[p.detail] += 1
+            values.setdefault(p.reason, Counter())[p.shown] += 1
     lines = []
     for reason, n in sorted(tasks.items(), key=lambda item: (-item[1], item[0])):
         common = sorted(((d, n) for d, n in values[reason].items() if d), key=lambda item: (-item[1], item[0]))

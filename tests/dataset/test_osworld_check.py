@@ -90,7 +90,10 @@ def test_report_lines_summary_and_exit_status(tmp_path: Path, capsys: pytest.Cap
     assert "ok  os/good" in out
     assert "NO  os/calc: unknown metric compare_table" in out
     [many] = [line for line in out if line.startswith("NO  chrome/many: ")]
-    assert "unknown metric is_expected_tabs_and_a_very_long_metric_name_that_is_not_cut" in many
+    # one part per reason, its values after it, a cloud file by the name it needs in the cache (URL in --json)
+    assert many == ("NO  chrome/many: unsupported config step chrome_open_tabs, googledrive; cloud file not in "
+                    "cache gold.xlsx; unknown metric compare_table, is_expected_tabs_and_a_very_long_metric_name_"
+                    "that_is_not_cut; unknown getter open_tabs_info, cloud_file; postconfig activate_window, sleep")
     assert "(known:" not in many and len(many) < 400
     [upload] = [line for line in out if line.startswith("NO  os/upload: ")]
     assert "bad config step 0 (upload_file): files must be a non-empty list" in upload
@@ -123,3 +126,20 @@ def test_a_task_list_and_json_output(tmp_path: Path, capsys: pytest.CaptureFixtu
     elsewhere.write_text(json.dumps({"os": ["good"]}))
     assert main(["osworld", "check", str(elsewhere), "--examples", str(examples)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 supported, 0 not supported (of 1)"
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`retrace osworld check ... --json | head -1`: the pipe closes under the writer, and that is not an error
+    to report with a traceback (before: BrokenPipeError, twice)."""
+    import subprocess
+    import sys
+
+    for i in range(2000):  # more than a pipe buffer of lines
+        write_task(tmp_path, "os", f"t{i:04d}", evaluator={**EVALUATOR, "func": "compare_table"})
+    cmd = [sys.executable, "-m", "pytest_retrace.cli", "osworld", "check", str(tmp_path), "--json"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["supported"] is False
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -174,7 +174,7 @@ def test_osworld_check_reports_uploads_and_activation(tmp_path: Path, capsys: py
             "got None") in out
     assert main(["osworld", "check", str(examples / "os" / f"{TASK_ID}.json")]) == 1  # no cache: not here
     [line] = capsys.readouterr().out.splitlines()[:1]
-    assert line == f"NO  os/{TASK_ID}: cloud file not in cache {URL}"
+    assert line == f"NO  os/{TASK_ID}: cloud file not in cache {URL.rpartition('/')[2]}"
 
 
 # -- on real environments ---------------------------------------------------------------------------------
