@@ -20,6 +20,7 @@ LAYERS = [
     ["plugin"],
     ["results", "dataset"],
     ["replay"],
+    ["osworld"],
     ["agents", "evaluators", "guest"],
     ["envs"],
     ["screen", "actions"],
