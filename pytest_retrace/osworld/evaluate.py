@@ -1,0 +1,147 @@
+"""An OSWorld evaluator block judged by OSWorld's own code (desktop-env's metrics, getters and controllers)
+against a VM server, giving the score ``DesktopEnv.evaluate()`` gives on the same state.
+
+As OSWorld: ``postconfig`` runs first (SetupController); ``func: infeasible`` scores 1 iff the last action was
+FAIL, and any other task whose last action was FAIL scores 0; per func the result getter, the expected getter
+when the block has ``expected``, then the metric with its options; ``conj: and`` is 0 at the first func scoring
+0, else the mean; ``or`` is 1 at the first scoring 1, else the max; a result getter raising FileNotFoundError
+scores its func 0 (``and``: the whole block).
+
+Where OSWorld would raise out of its evaluation, this tells whose failure it is. The VM server unreachable or
+answering 5xx (asked after a getter, metric or postconfig raised or gave None) is an EnvError, the harness's.
+A package the harness lacks is an EvaluatorError, never a score. Anything else a getter or metric raises on
+is what the agent left (a missing or corrupt file, a closed window): that func scores 0, with the reason and
+desktop-env's ERROR log lines in ``details``. A ``cloud_file`` not in the cache is an EvaluatorError naming it
+before any request: nothing is downloaded here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_retrace.evaluators import Evaluation, EvaluatorError
+from pytest_retrace.osworld import package
+from pytest_retrace.osworld.server import VMServer
+from pytest_retrace.osworld.setup import Problem, alive, controllers, problems_of, quiet, run_steps
+from pytest_retrace.text import clip, show
+
+GOOGLE_GETTERS = frozenset({"googledrive_file"})
+CONJ = ("and", "or")
+
+
+# --- checking -------------------------------------------------------------------------------------------
+
+
+def evaluator_problems(evaluator: Any, cache_dir: Path | None = None) -> list[tuple[str, str]]:
+    """Every problem of an OSWorld evaluator block as (reason, detail): its shape, each metric and getter
+    (unknown, or a package it needs missing), its postconfig steps; with ``cache_dir`` (the task's cache
+    directory) also each cloud_file and download not in it."""
+    return [p.pair for p in _problems(evaluator, "evaluator", cache_dir)]
+
+
+def validate(evaluator: Any, where: str = "evaluator", cache_dir: Path | None = None) -> None:
+    """Raise the first of :func:`evaluator_problems` as an EvaluatorError whose message starts with its field."""
+    for problem in _problems(evaluator, where, cache_dir):
+        raise problem.error()
+
+
+def _problems(evaluator: Any, where: str, cache_dir: Path | None) -> list[Problem]:
+    if not isinstance(evaluator, dict):
+        return [Problem(where, "invalid evaluator", f"{where}: must be a mapping, got {show(evaluator)}")]
+    if (whole := package.package_problem()) is not None:
+        return [Problem(where, "desktop-env unavailable", whole)]
+    found = list(_shape_problems(evaluator, where))
+    if not found:
+        for i in range(len(_funcs(evaluator))):
+            found += _func_problems(evaluator, i, where, cache_dir)
+    post = evaluator.get("postconfig", [])
+    found += problems_of(post, f"{where}.postconfig", cache_dir, check_files=cache_dir is not None)
+    return found
+
+
+def _funcs(evaluator: dict[str, Any]) -> list[str]:
+    func = evaluator["func"]
+    return func if isinstance(func, list) else [func]
+
+
+def _shape_problems(evaluator: dict[str, Any], where: str) -> Iterator[Problem]:
+    """OSWorld's block shape: func a name or a list of names; with a list, result/expected/options lists of
+    its length (DesktopEnv asserts it); conj and/or."""
+    def bad(field: str, why: str) -> Problem:
+        return Problem(f"{where}.{field}", "invalid evaluator", f"{where}.{field}: {why}")
+
+    func = evaluator.get("func")
+    if isinstance(func, list):
+        if not func or not all(isinstance(f, str) and f for f in func):
+            yield bad("func", f"must be a metric name or a non-empty list of names, got {show(func)}")
+            return
+        for field in ("result", "expected", "options"):
+            value = evaluator.get(field)
+            if field in evaluator and not (isinstance(value, list) and len(value) == len(func)):
+                yield bad(field, f"must be a list of {len(func)} (one per func), got {show(value)}")
+    elif not isinstance(func, str) or not func:
+        yield bad("func", f"must be a metric name or a non-empty list of names, got {show(func)}")
+        return
+    if "conj" in evaluator and evaluator["conj"] not in CONJ:
+        yield bad("conj", f"must be 'and' or 'or', got {show(evaluator['conj'])}")
+    if func != "infeasible" and not evaluator.get("result"):
+        yield bad("result", "missing: every metric but infeasible judges a result getter's value")
+
+
+def _func_problems(evaluator: dict[str, Any], i: int, where: str, cache_dir: Path | None) -> list[Problem]:
+    many = isinstance(evaluator["func"], list)
+    at = (lambda field: f"{where}.{field}[{i}]") if many else (lambda field: f"{where}.{field}")
+    name = _funcs(evaluator)[i]
+    found = _known("metric", name, at("func"))
+    options = _part(evaluator, "options", i)
+    if options is not None and not isinstance(options, dict):
+        found.append(Problem(at("options"), "invalid evaluator", f"{at('options')}: must be a mapping, got "
+                                                                  f"{show(options)}"))
+    if name == "infeasible":
+        return found
+    for side in ("result", "expected"):
+        config = _part(evaluator, side, i)
+        if config is None and side == "expected":
+            continue
+        if not isinstance(config, dict) or not isinstance(config.get("type"), str):
+            found.append(Problem(at(side), "invalid evaluator", f"{at(side)}: must be a getter mapping with a "
+                                                               f"type, got {show(config)}"))
+            continue
+        kind = config["type"]
+        if kind in GOOGLE_GETTERS:
+            found.append(Problem(at(side), "needs a Google account", kind, "not supported"))
+            continue
+        found += _known("getter", kind, f"{at(side)}.type")
+        if kind == "cloud_file" and cache_dir is not None:
+            found += [Problem(at(side), "cloud file not in cache", name, f"not in {cache_dir}")
+                      for name in _cloud_missing(config, cache_dir)]
+    return found
+
+
+def _known(kind: package.Kind, name: str, where: str) -> list[Problem]:
+    if (why := package.problem(kind, name)) is None:
+        return []
+    if package.entry(kind, name) is None:
+        return [Problem(where, f"unknown {kind}", name, why)]
+    found = package.entry(kind, name)
+    assert found is not None
+    return [Problem(where, "missing package", ", ".join(package.missing(found.needs)), why)]
+
+
+def _part(evaluator: dict[str, Any], field: str, i: int) -> Any:
+    """The func's ``field`` (None when the block has none, or its list entry is null/empty, as OSWorld reads)."""
+    value = evaluator.get(field)
+    if isinstance(evaluator["func"], list):
+        value = value[i] if isinstance(value, list) and i < len(value) else None
+    return value or None
+
+
+def _cloud_missing(config: dict[str, Any], cache_dir: Path) -> list[str]:
+    """The files a cloud_file getter would download: its ``dest`` names not in ``cache_dir``."""
+    dests = config.get("dest")
+    names = dests if isinstance(dests, list) else [dests]
+    return [str(d) for d in names if not (isinstance(d, str) and (cache_dir / d).is_file())]
