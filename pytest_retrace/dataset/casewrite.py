@@ -60,6 +60,10 @@ def with_own_files(task: Task, base_dir: Path, domain_dir: Path, case_dir: Path)
             copied[path] = copy.relative_to(domain_dir).as_posix()
         return copied[path]
 
+    if task.osworld is not None:  # the files OSWorld's cache holds for the task: its expected outputs among them
+        osworld = task.osworld.model_copy(update={"cache": {name: own(rel) for name, rel in task.osworld.cache.items()}})
+        return task.model_copy(update={"setup": steps, "osworld": osworld})
+    assert task.evaluator is not None  # Task._one_judge
     return task.model_copy(update={"setup": steps, "evaluator": map_local_files(task.evaluator, own)})
 
 

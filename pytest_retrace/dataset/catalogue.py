@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from pytest_retrace.actions import Action, parse_action
 from pytest_retrace.dataset.trajectory import Trajectory
-from pytest_retrace.replay.casefiles import vm_files
+from pytest_retrace.replay.judge import evaluated_files
 from pytest_retrace.replay.probes import Getter, standard_getters
 
 CATALOGUE = Path(__file__).with_name("perturbations")  # one file per group of apps
@@ -112,5 +112,5 @@ class AgentPerturbation:
 def candidate_probes(traj: Trajectory, p: Perturbation | AgentPerturbation) -> list[Getter]:
     """The getters that may tell a candidate's error state from its target state, most specific first."""
     getters: list[Getter] = [*(getattr(p, "probes", ()) or ()), *(GETTERS.validate_python(g) for g in traj.probes)]
-    getters += standard_getters(vm_files(traj.task.evaluator))
+    getters += standard_getters(evaluated_files(traj.task))
     return list(dict.fromkeys(getters))  # once each, in order

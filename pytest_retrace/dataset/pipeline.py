@@ -53,9 +53,9 @@ from pytest_retrace.dataset.trajectory import (
 )
 from pytest_retrace.dataset.verify import Rejected, execute, measured_kind, verify_candidate
 from pytest_retrace.envs import EnvError, Environment
-from pytest_retrace.evaluators import LATE_WRITES, evaluate
 from pytest_retrace.replay.casefiles import SHARED_DIR
 from pytest_retrace.replay.cases import load_png
+from pytest_retrace.replay.judge import judge, reset
 from pytest_retrace.replay.probes import narrowest
 
 STAGES = ("rollouts", "consistent", "seeds", "perturb", "final")
@@ -204,12 +204,12 @@ class Builder:
     def _replay_n_in(self, env: Environment, traj: Trajectory) -> list[int] | str:
         digests: list[list[str]] = []
         for replay in range(self.cfg.replays):
-            env.reset(traj.task, traj.base_dir)
+            reset(env, traj.task, traj.base_dir)
             shots = [env.screenshot()]
             for action in traj.actions:
                 execute(env, action)
                 shots.append(env.screenshot())
-            ev = evaluate(traj.task.evaluator, env, traj.base_dir, wait=LATE_WRITES)
+            ev = judge(traj.task, env, traj.base_dir)
             if not ev.passed:
                 self.log(f"  {traj.id}: replay {replay + 1} failed the evaluator, dropped: {ev.details}")
                 return "inconsistent"
@@ -296,7 +296,7 @@ class Builder:
         key = (p.model, id(env))
         if key not in self._perturbers:
             self._perturbers[key] = create_agent(load_model_config(p.model, self.cfg.agent_dirs))
-        env.reset(traj.task, traj.base_dir)
+        reset(env, traj.task, traj.base_dir)
         for action in traj.actions[:t_seed]:
             execute(env, action)
         if differing_pixels(env.screenshot(), target) > 0:

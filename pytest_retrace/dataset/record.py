@@ -17,9 +17,9 @@ import yaml
 from pytest_retrace.dataset.share import share_duplicates
 from pytest_retrace.dataset.verify import Rejected, Verified, replay, verify_candidate
 from pytest_retrace.envs import Environment
-from pytest_retrace.evaluators import LATE_WRITES, evaluate
-from pytest_retrace.replay.casefiles import SHARED_DIR, outside_case, vm_files
+from pytest_retrace.replay.casefiles import SHARED_DIR, outside_case
 from pytest_retrace.replay.cases import RecoveryCase, load_case, load_png
+from pytest_retrace.replay.judge import evaluated_files, judge
 from pytest_retrace.replay.probes import narrowest, standard_getters
 
 
@@ -42,7 +42,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
     case = load_case(path, check_screenshots=False)
     for i in range(replays):
         replay(env, case.task, case.dir, case.trajectory)
-        ev = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
+        ev = judge(case.task, env, case.dir)
         if not ev.passed:
             raise RecordingError(f"{path}: full trajectory failed the evaluator on replay {i + 1}: {ev.details}")
     checks = [f"full trajectory succeeds on {replays}/{replays} replays"]
@@ -53,7 +53,7 @@ def record_case(path: Path, env: Environment, replays: int = 3, tolerance: int =
         got = verify_candidate(env, case.task, case.dir, case.prefix, case.perturbation, case.suffix, runs=replays,
                                threshold=threshold, intent=intent, masks=case.masks, tolerance=tolerance,
                                probes=list(dict.fromkeys([*(p.get for p in case.probes),
-                                                          *standard_getters(vm_files(case.task.evaluator))])),
+                                                          *standard_getters(evaluated_files(case.task))])),
                                unverifiable_ok=declared)
     except Rejected as exc:
         hint = ("; if nothing the task exposes can see the error state (it lives only in a process's memory: a "

@@ -139,10 +139,10 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
     The agent sees the task instruction and the screen; each of its turns must hold exactly one action
     (multi-action turns are dropped, as in the paper); the run counts only if the evaluator succeeds."""
     from pytest_retrace.agents import AgentContext, AgentTurn, Observation
-    from pytest_retrace.evaluators import LATE_WRITES, evaluate
+    from pytest_retrace.replay.judge import judge, reset
 
     source = f"agent:{agent.name}:{task.id}"
-    env.reset(task, base_dir)
+    reset(env, task, base_dir)
     agent.start(AgentContext(instruction=task.instruction, mode="forward", strategy="implicit", budget=max_steps,
                              screen=tuple(env.size)))
     steps: list[Step] = []
@@ -169,7 +169,7 @@ def rollout_agent(env: Any, task: Task, agent: Any, base_dir: Path, max_steps: i
         steps.append(Step(real[0], shot_path, turn.rationale))
         if len(turn.actions) > 1:  # an action followed by done
             break
-    ev = evaluate(task.evaluator, env, base_dir, wait=LATE_WRITES)
+    ev = judge(task, env, base_dir)
     if not ev.passed:
         return Dropped(source, f"unsuccessful rollout: {'; '.join(ev.details)}")
     return Trajectory(id=f"{agent.name}-{task.id}", task=task, steps=steps, source=source,

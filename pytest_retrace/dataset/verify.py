@@ -24,8 +24,8 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import Environment
-from pytest_retrace.evaluators import LATE_WRITES, evaluate
 from pytest_retrace.replay.cases import Task
+from pytest_retrace.replay.judge import judge, reset
 from pytest_retrace.replay.probes import AnyGetter, Probe, digest, poll, probe_value, settled_values
 from pytest_retrace.screen.similarity import differing_pixels, ssim
 
@@ -77,7 +77,7 @@ def execute(env: Environment, action: Action) -> None:
 
 def replay(env: Environment, task: Task, base_dir: Path, actions: Sequence[Action]) -> None:
     """Reset to the task's initial state and execute `actions`."""
-    env.reset(task, base_dir)
+    reset(env, task, base_dir)
     for action in actions:
         execute(env, action)
 
@@ -121,7 +121,7 @@ def verify_candidate(env: Environment, task: Task, base_dir: Path, prefix: Seque
         at_error.append(poll(env, probes, lambda vs, t=target: any(map(str.__ne__, vs, t)), wait))
         for action in suffix:
             execute(env, action)
-        verdicts.append(evaluate(task.evaluator, env, base_dir, wait=LATE_WRITES).passed)
+        verdicts.append(judge(task, env, base_dir).passed)
     worst = {name: max((differing_pixels(shots[0], s, masks) for s in shots[1:]), default=0)
              for name, shots in (("target", targets), ("error", errors))}
     for name, px in worst.items():

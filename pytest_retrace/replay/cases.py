@@ -35,6 +35,7 @@ from pytest_retrace.evaluators import EvaluatorError, validate_evaluator
 from pytest_retrace.evaluators.plan import compile_block
 from pytest_retrace.replay.casefiles import local_files, outside_case, png_size
 from pytest_retrace.replay.caseyaml import CaseError, read_yaml
+from pytest_retrace.replay.osworld_task import OSWorldTask
 from pytest_retrace.replay.probes import Probe
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
 from pytest_retrace.text import show as _show
@@ -83,7 +84,9 @@ class Task(_Model):
     instruction: Text
     domain: Slug
     setup: list[SetupStep] = []
-    evaluator: dict[str, Any]
+    # Φ: the harness's own evaluator, or OSWorld's (``osworld``); a task has exactly one
+    evaluator: dict[str, Any] | None = None
+    osworld: OSWorldTask | None = None
     network: bool = Field(False, description="the task needs the network; without it tasks have none")
     # An app that redraws on its own idle timers after the screen went quiet needs a longer quiet window than
     # the run's, or a screen is recorded (and replayed) before the app has finished: LibreOffice updates its
@@ -93,12 +96,21 @@ class Task(_Model):
 
     @field_validator("evaluator")
     @classmethod
-    def _check_evaluator(cls, spec: dict[str, Any]) -> dict[str, Any]:
+    def _check_evaluator(cls, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None:
+            return None
         try:
             validate_evaluator(spec, where="evaluator")
         except EvaluatorError as exc:
             raise ValueError(str(exc)) from None
         return spec
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> Task:
+        if (self.evaluator is None) == (self.osworld is None):
+            raise ValueError("evaluator: a task needs exactly one of `evaluator` (the harness's) and `osworld` "
+                             f"(OSWorld's), got {'both' if self.osworld else 'neither'}")
+        return self
 
 
 def _actions(value: Any) -> list[Action]:
@@ -225,6 +237,9 @@ class RecoveryCase(_Model):
                  ("screenshots.error", self.screenshots.error)]
         named += [(f"task.setup[{i}].src", step.src) for i, step in enumerate(self.task.setup)
                   if isinstance(step, FileStep) and step.src is not None]
+        if self.task.osworld is not None:
+            return named + [(f"task.osworld.cache.{name}", rel) for name, rel in self.task.osworld.cache.items()]
+        assert self.task.evaluator is not None  # Task._one_judge
         return named + list(local_files(compile_block(self.task.evaluator, "task.evaluator")))
 
     def files(self) -> dict[str, Path]:

@@ -14,6 +14,7 @@ from pytest_retrace.actions import Action
 from pytest_retrace.agents import AgentInfraError, HistoryStep
 from pytest_retrace.envs import ActionFailed, EnvError, Environment
 from pytest_retrace.replay.cases import RecoveryCase, load_png
+from pytest_retrace.replay.judge import reset
 from pytest_retrace.replay.probes import poll
 from pytest_retrace.replay.result import (
     InfraError,
@@ -108,7 +109,7 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
             history.clear()
         with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
             try:
-                env.reset(case.task, case.dir, masks=case.masks)
+                reset(env, case.task, case.dir, masks=case.masks)
             except EnvError as exc:
                 raise InfraError("reset", str(exc)) from exc
         with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):

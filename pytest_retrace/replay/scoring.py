@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from pytest_retrace.envs import EnvError, Environment
-from pytest_retrace.evaluators import LATE_WRITES, Evaluation, evaluate
+from pytest_retrace.evaluators import Evaluation
 from pytest_retrace.replay.cases import RecoveryCase
+from pytest_retrace.replay.judge import judge
 from pytest_retrace.replay.probes import poll
 from pytest_retrace.replay.reconstruct import PROBE_WAIT, run_actions
 from pytest_retrace.replay.result import (
@@ -63,7 +64,7 @@ def score(env: Environment, case: RecoveryCase, target: np.ndarray, opts: Replay
         result.suffix_len = len(case.suffix)
     with timed_stage(result, opts, "evaluate", "R_TC: the task's evaluator") as stage:
         try:
-            result.evaluation = evaluate(case.task.evaluator, env, case.dir, wait=LATE_WRITES)
+            result.evaluation = judge(case.task, env, case.dir)
         except EnvError as exc:
             blame(env, "evaluate", exc)
             result.evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent left: {exc}"])
