@@ -1,20 +1,21 @@
-"""The guest's starlette application: its routes (see the package docstring for the endpoints), middleware
-and exception handlers.
+"""The guest's starlette application: its routes (see the package docstring for the endpoints; OSWorld's
+others are in guest/osworld_routes.py), middleware and exception handlers.
 
 Every handler validates its request before doing anything (guest/requests.py) and answers a bad one with a
-JSON error and a 4xx; an unexpected failure is a 500 of the same shape. None of them stops the server.
-Blocking work (commands, files, X calls) runs in starlette's thread pool (guest/work.py), so a slow command
-never holds up a screenshot.
+JSON error and a 4xx; an unexpected failure is a 500 of the same shape, a desktop that is gone a 503. None of
+them stops the server. Blocking work (commands, files, X calls) runs in starlette's thread pool on the
+`GuestBackend` (guest/backend.py: this machine's, guest/work.py, or an Environment's), so a slow command never
+holds up a screenshot.
 """
 
 from __future__ import annotations
 
-import platform
 import posixpath
 from typing import Any
 from urllib.parse import quote
 
-from pytest_retrace.envs.procfs import cpu_seconds
+from pytest_retrace.envs import EnvError
+from pytest_retrace.guest.backend import GuestBackend
 from pytest_retrace.guest.config import (
     MAX_COMMAND_TIMEOUT,
     MAX_OPEN_FILE_TIMEOUT,
@@ -23,6 +24,7 @@ from pytest_retrace.guest.config import (
 )
 from pytest_retrace.guest.desktop import DesktopError, DisplayBlocked
 from pytest_retrace.guest.middleware import Auth, BodyLimit
+from pytest_retrace.guest.osworld_routes import osworld_routes
 from pytest_retrace.guest.requests import (
     bad_request,
     command_field,
@@ -37,8 +39,9 @@ _MULTIPART_SLACK = 64 * 1024  # an upload's body is the file plus its multipart 
 _UPLOAD_PATH = "/setup/upload"
 
 
-def create_app(config: GuestConfig) -> Any:
-    """The starlette application of a guest with this configuration."""
+def create_app(config: GuestConfig, backend: GuestBackend | None = None) -> Any:
+    """The starlette application of a guest with this configuration, acting on `backend` (default: this
+    machine, as `config` describes it)."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.datastructures import UploadFile
@@ -47,13 +50,13 @@ def create_app(config: GuestConfig) -> Any:
     from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
-    guest = Guest(config)
+    guest: GuestBackend = backend if backend is not None else Guest(config)
 
     async def health(request: Any) -> Any:
         return JSONResponse({"status": "ok"})
 
     async def screenshot(request: Any) -> Any:
-        return Response(await run_in_threadpool(guest.desktop.screenshot_png), media_type="image/png")
+        return Response(await run_in_threadpool(guest.screenshot_png), media_type="image/png")
 
     async def execute(request: Any) -> Any:
         data = await json_object(request)
@@ -105,18 +108,18 @@ def create_app(config: GuestConfig) -> Any:
         return PlainTextResponse(message) if status == 200 else error_response(status, message)
 
     async def get_platform(request: Any) -> Any:
-        return PlainTextResponse(platform.system())
+        return PlainTextResponse(await run_in_threadpool(guest.platform))
 
     async def screen_size(request: Any) -> Any:
-        width, height = await run_in_threadpool(guest.desktop.screen_size)
+        width, height = await run_in_threadpool(guest.screen_size)
         return JSONResponse({"width": width, "height": height})
 
     async def cursor_position(request: Any) -> Any:
-        x, y = await run_in_threadpool(guest.desktop.cursor_position)
+        x, y = await run_in_threadpool(guest.cursor_position)
         return JSONResponse([x, y])
 
     async def task_cpu(request: Any) -> Any:
-        seconds = await run_in_threadpool(lambda: cpu_seconds(guest.task_pids()))
+        seconds = await run_in_threadpool(guest.task_cpu)
         return JSONResponse({"seconds": seconds})
 
     async def http_error(request: Any, exc: HTTPException) -> Any:
@@ -125,6 +128,9 @@ def create_app(config: GuestConfig) -> Any:
     async def desktop_error(request: Any, exc: DesktopError) -> Any:
         # 409: the display is there but held by a client's grab, which waiting or retrying does not end
         return error_response(409 if isinstance(exc, DisplayBlocked) else 503, str(exc))
+
+    async def env_error(request: Any, exc: EnvError) -> Any:
+        return error_response(503, f"the desktop failed: {exc}")  # the harness's, never the request's fault
 
     async def internal_error(request: Any, exc: Exception) -> Any:
         return error_response(500, f"internal error: {type(exc).__name__}: {str(exc)[:500]}")
@@ -142,10 +148,11 @@ def create_app(config: GuestConfig) -> Any:
         Route("/screen_size", screen_size, methods=["POST"]),
         Route("/cursor_position", cursor_position, methods=["GET"]),
         Route("/task_cpu", task_cpu, methods=["GET"]),  # retrace's own: see Environment.task_cpu_seconds
+        *osworld_routes(guest, config),
     ]
     middleware = [
         Middleware(Auth, token=config.token),
         Middleware(BodyLimit, default=config.max_json, limits={_UPLOAD_PATH: config.max_upload + _MULTIPART_SLACK}),
     ]
-    handlers = {HTTPException: http_error, DesktopError: desktop_error, Exception: internal_error}
+    handlers = {HTTPException: http_error, DesktopError: desktop_error, EnvError: env_error, Exception: internal_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 
-def _ere_escape(text: str) -> str:
+def ere_escape(text: str) -> str:
     """`text` as a POSIX extended regular expression matching itself (xdotool's regexes are POSIX ones)."""
     return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
 
@@ -130,7 +130,7 @@ class Desktop:
         while True:
             for title in titles:
                 if xdotool is not None:
-                    res = subprocess.run([xdotool, "search", "--onlyvisible", "--name", _ere_escape(title)],
+                    res = subprocess.run([xdotool, "search", "--onlyvisible", "--name", ere_escape(title)],
                                          check=False, capture_output=True, text=True, env=run_env, timeout=10)
                     if res.stdout.split():
                         return True

@@ -43,12 +43,12 @@ async def json_object(request: Any) -> dict[str, Any]:
     return data
 
 
-def expand_home(arg: str, home: Path) -> str:
+def expand_home(arg: str, home: Path | str) -> str:
     """``~`` and ``~/...`` are the home (OSWorld expands ``~/`` in command arguments and every path)."""
     return str(home) + arg[1:] if arg == "~" or arg.startswith("~/") else arg
 
 
-def command_field(data: dict[str, Any], home: Path) -> tuple[list[str] | str, bool]:
+def command_field(data: dict[str, Any], home: Path | str) -> tuple[list[str] | str, bool]:
     """The ``command`` and ``shell`` fields, checked; a string without shell is split like OSWorld does."""
     shell = data.get("shell", False)
     if not isinstance(shell, bool):

@@ -1,9 +1,11 @@
-"""The guest's work, blocking (the app runs it in starlette's thread pool): the task's processes, paths
-confined to the allowed roots, commands and launches (as ``run_as``), opening files, reading and writing files."""
+"""The guest's work on the machine it runs on, blocking (the app runs it in starlette's thread pool): the task's
+processes, paths confined to the allowed roots, commands and launches (as ``run_as``), opening files, reading and
+writing files, the local X display. `Guest` is the local `GuestBackend` (guest/backend.py)."""
 
 from __future__ import annotations
 
 import os
+import platform
 import posixpath
 import shutil
 import signal
@@ -16,6 +18,7 @@ from typing import Any
 
 from pytest_retrace.envs import FileRefused
 from pytest_retrace.envs.guestfs import MAX_READ, GuestFS
+from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.guest.config import GuestConfig
 from pytest_retrace.guest.desktop import Desktop
 from pytest_retrace.guest.requests import bad_request, expand_home
@@ -25,14 +28,30 @@ from pytest_retrace.text import show
 class Guest:
     def __init__(self, config: GuestConfig) -> None:
         self.config = config
-        self.home = Path(os.path.realpath(config.home))
+        self.home = os.path.realpath(config.home)
         roots = config.roots
-        self.fs = GuestFS({root: Path(root) for root in roots}, str(self.home))
+        self.fs = GuestFS({root: Path(root) for root in roots}, self.home)
         self.roots = roots
         self.desktop = Desktop(config.display)
         self.env = dict(config.env if config.env is not None else os.environ)
         if config.display:
             self.env["DISPLAY"] = config.display  # apps and commands show on the display served
+
+    # the desktop
+    def screenshot_png(self) -> bytes:
+        return self.desktop.screenshot_png()
+
+    def screen_size(self) -> tuple[int, int]:
+        return self.desktop.screen_size()
+
+    def cursor_position(self) -> tuple[int, int]:
+        return self.desktop.cursor_position()
+
+    def task_cpu(self) -> float | None:
+        return cpu_seconds(self.task_pids())
+
+    def platform(self) -> str:
+        return platform.system()
 
     # processes
     def task_pids(self) -> list[int]:
@@ -132,7 +151,7 @@ class Guest:
     def open_file(self, path: str, window: str | None, timeout: float) -> tuple[int, str]:
         """OSWorld's /setup/open_file: open a file with xdg-open, or start an application by name, then
         wait until a window whose title holds the name (or `window`) shows."""
-        full = self.absolute(expand_home(path, self.home))
+        full = self.absolute(expand_home(path, Path(self.home)))
         if os.path.lexists(full):
             real = self._confine(path, full)
             opener = shutil.which("xdg-open", path=self.env.get("PATH"))
