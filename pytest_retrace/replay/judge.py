@@ -51,9 +51,11 @@ def evaluated_files(task: Task) -> list[str]:
     if task.osworld is None:
         assert task.evaluator is not None
         return vm_files(task.evaluator)
-    from pytest_retrace.osworld.evaluate import result_files
-
-    return result_files(task.osworld.evaluator)
+    results = task.osworld.evaluator.get("result")
+    blocks = results if isinstance(results, list) else [results]
+    paths = [b["path"] for b in blocks if isinstance(b, dict) and b.get("type") == "vm_file"
+             and isinstance(b.get("path"), str)]
+    return list(dict.fromkeys(paths))
 
 
 @contextmanager
