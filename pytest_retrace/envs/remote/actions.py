@@ -11,12 +11,15 @@ Timing follows the xvfb environment (25 ms between typed characters, 40 ms betwe
 the clicks of a double click, 30 ms between wheel clicks, a drag moved through intermediate points), and
 ``pyautogui.PAUSE`` is 0 so that nothing else waits. Keys the guest's keymap lacks are a failure of the
 program (a non-zero exit), never silently dropped as pyautogui would. Characters pyautogui cannot type (it
-knows ASCII only) go through ``xdotool type`` on the guest; a guest without xdotool fails such an action.
+knows ASCII only) go through ``xdotool type`` on the guest; a guest without xdotool fails such an action. On a
+Windows guest (``windows=True``: WindowsAgentArena) pyautogui is the same and such characters are sent as
+Unicode key events with ``SendInput`` (envs/remote/windows.py).
 """
 
 from __future__ import annotations
 
 from pytest_retrace.actions import Action
+from pytest_retrace.envs.remote.windows import UNICODE_TYPING
 
 # Canonical key names (pyautogui's, actions.normalize_key) that pyautogui spells differently.
 PYAUTOGUI_KEYS = {"menu": "apps"}
@@ -50,8 +53,9 @@ def _button(a: Action) -> str:
     return f"button={a.button!r}"
 
 
-def _type_lines(text: str) -> list[str]:
-    """ASCII runs through pyautogui.write; any other characters through xdotool type (pyautogui skips them)."""
+def _type_lines(text: str, windows: bool = False) -> list[str]:
+    """ASCII runs through pyautogui.write; any other characters through xdotool type (pyautogui skips them),
+    or on Windows through SendInput's Unicode events."""
     lines: list[str] = []
     run = ""
     ascii_run: bool | None = None
@@ -63,6 +67,8 @@ def _type_lines(text: str) -> list[str]:
             continue
         if run and ascii_run:
             lines.append(f"pyautogui.write({run!r}, interval={TYPE_INTERVAL!r})")
+        elif run and windows:
+            lines.append(f"_unicode({run!r}, {TYPE_INTERVAL!r})")
         elif run:
             lines.append("import subprocess")
             lines.append(f"subprocess.run(['xdotool', 'type', '--delay', '25', '--', {run!r}], check=True)")
@@ -70,7 +76,7 @@ def _type_lines(text: str) -> list[str]:
     return lines
 
 
-def _body(a: Action) -> list[str]:
+def _body(a: Action, windows: bool) -> list[str]:
     keys = [pyautogui_key(k) for k in a.keys]
     if a.kind == "click":
         return [f"pyautogui.click({_point(a)}clicks={a.clicks!r}, interval={CLICK_INTERVAL!r}, {_button(a)})"]
@@ -94,7 +100,7 @@ def _body(a: Action) -> list[str]:
                           f"    pyautogui.{name}({step!r}{at})", f"    time.sleep({WHEEL_INTERVAL!r})"]
         return lines
     if a.kind == "type":
-        return _type_lines(a.text)
+        return _type_lines(a.text, windows)
     if a.kind == "key":
         return [f"_keys(*{keys!r})", f"pyautogui.press({keys!r}, presses={a.presses!r}, interval={KEY_INTERVAL!r})"]
     if a.kind == "hotkey":
@@ -113,18 +119,20 @@ def _body(a: Action) -> list[str]:
     raise ValueError(f"{a.kind} is not performed on the guest")
 
 
-def action_program(action: Action) -> str | None:
-    """The Python program that performs `action` on a guest with pyautogui, or None for the kinds that need
-    no input at all (``wait`` is a sleep on the harness's side; ``done`` and ``fail`` do nothing)."""
+def action_program(action: Action, windows: bool = False) -> str | None:
+    """The Python program that performs `action` on a guest with pyautogui (a Windows guest's with
+    `windows`), or None for the kinds that need no input at all (``wait`` is a sleep on the harness's side;
+    ``done`` and ``fail`` do nothing)."""
     if action.kind in ("wait", "done", "fail"):
         return None
-    body = _body(action)
+    body = _body(action, windows)
     if action.hold:
         held = [pyautogui_key(k) for k in action.hold]
         body = [f"_keys(*{held!r})", *(f"pyautogui.keyDown({k!r})" for k in held), "try:",
                 *(f"    {line}" for line in body), "finally:",
                 *(f"    pyautogui.keyUp({k!r})" for k in reversed(held))]
-    return _PRELUDE + "\n".join(body) + "\n"
+    prelude = _PRELUDE + UNICODE_TYPING if windows and any("_unicode(" in line for line in body) else _PRELUDE
+    return prelude + "\n".join(body) + "\n"
 
 
 def release_program(keys: tuple[str, ...] = ("shift", "ctrl", "alt", "win", "shiftright", "ctrlright", "altright",

@@ -17,6 +17,13 @@ from typing import Any
 
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.guestfs import MAX_READ
+from pytest_retrace.envs.remote.errors import (
+    DisplayExhausted,
+    exhausted_message,
+    is_exhausted,
+    server_text,
+    tail,
+)
 from pytest_retrace.envs.steps import GUEST_HOME
 
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as the xvfb environment's run()
@@ -36,13 +43,8 @@ class Reply:
             return None
 
     def message(self) -> str:
-        """The error a guest sent: OSWorld's "error" or "message", else the start of the body."""
-        data = self.json()
-        if isinstance(data, dict):
-            for key in ("error", "message"):
-                if isinstance(data.get(key), str) and data[key]:
-                    return data[key]
-        return self.body[:300].decode(errors="replace").strip() or f"HTTP {self.status}"
+        """The error a guest sent, in its own words (errors.server_text: JSON, an HTML page, a traceback)."""
+        return server_text(self.body, self.content_type) or f"HTTP {self.status}"
 
 
 class Unreachable(EnvError):
@@ -61,6 +63,21 @@ class Client:
         self.token = token
         self.timeout = timeout
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # set once the guest's X server refused a client (DisplayExhausted): every later request fails at once
+        # with it until the environment's reset clears it, so a guest in that state runs nothing more
+        self.exhausted: str | None = None
+
+    def error(self, where: str, reply: Reply, what: str = "") -> EnvError:
+        """The EnvError for a failed request: the endpoint, the HTTP status and the guest's own error text;
+        DisplayExhausted when the guest says its X server has no client slots left."""
+        said = reply.message()
+        if is_exhausted(reply.body.decode(errors="replace")):
+            return self.exhaust(where, said)
+        return EnvError(f"{what + ': ' if what else ''}{self.url}{where}: HTTP {reply.status}: {said}")
+
+    def exhaust(self, where: str, said: str) -> DisplayExhausted:
+        self.exhausted = exhausted_message(self.url, where, said)
+        return DisplayExhausted(self.exhausted)
 
     def request(self, method: str, path: str, *, data: bytes | None = None, content_type: str | None = None,
                 timeout: float | None = None, idempotent: bool = True, limit: int = MAX_READ + 1) -> Reply:
@@ -68,6 +85,8 @@ class Client:
         request cannot have reached the guest (connection refused) or repeating it does no harm
         (`idempotent`, which also retries a 502, 503 or 504); a request that may have been performed (a click)
         is never sent twice."""
+        if self.exhausted is not None:
+            raise DisplayExhausted(self.exhausted)
         headers = {"Accept": "*/*"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -106,14 +125,18 @@ class Client:
                                timeout=timeout + self.timeout, idempotent=False, limit=4 * MAX_OUTPUT)
         data = reply.json()
         if reply.status != 200 or not isinstance(data, dict) or data.get("status") != "success":
-            raise Refused(f"{self.url}/execute: HTTP {reply.status}: {reply.message()[:500]}")
+            error = self.error("/execute", reply)
+            raise error if isinstance(error, DisplayExhausted) else Refused(str(error))
+        said = f"{data.get('error') or ''}\n{data.get('output') or ''}"
+        if data.get("returncode") != 0 and is_exhausted(said):
+            raise self.exhaust("/execute", tail(said))
         return data
 
     def screen_size(self) -> tuple[int, int]:
         reply = self.request("POST", "/screen_size", data=b"")
         data = reply.json()
         if reply.status != 200 or not isinstance(data, dict):
-            raise EnvError(f"{self.url}/screen_size: {reply.message()}")
+            raise self.error("/screen_size", reply)
         try:
             return int(data["width"]), int(data["height"])
         except (KeyError, TypeError, ValueError):
