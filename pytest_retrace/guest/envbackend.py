@@ -14,6 +14,7 @@ import io
 import posixpath
 import shlex
 import time
+import weakref
 from typing import IO, Any
 
 from pytest_retrace.envs import EnvError, Environment, FileRefused
@@ -31,10 +32,18 @@ class EnvironmentBackend:
     """A `GuestBackend` (guest/backend.py) over `env`, whose home is `home` as the task sees it."""
 
     def __init__(self, env: Environment, home: str = GUEST_HOME, max_upload: int = MAX_UPLOAD) -> None:
-        self.env = env
+        # a weak reference: a server kept while its environment lives (osworld/connect.py) must not keep it alive
+        self._env = weakref.ref(env)
         self.home = home
         self.roots = (home, "/tmp")
         self.max_upload = max_upload
+
+    @property
+    def env(self) -> Environment:
+        env = self._env()
+        if env is None:
+            raise EnvError("the environment this guest served is gone")
+        return env
 
     # commands
     def run(self, command: list[str] | str, shell: bool, timeout: float) -> dict[str, Any]:

@@ -282,6 +282,9 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
         res = python_plain.execute_python_command(
             f"import os; print(os.path.expanduser('~'), open('{GUEST_HOME}/{name}').read())")
         assert res["returncode"] == 0 and res["output"] == f"{GUEST_HOME} from the sandbox\n", res
+        # the sandbox's python3 is Debian's, which has no pyautogui package: OSWorld's default prefix fails there
+        default = python.execute_python_command("print(1)")
+        assert default["returncode"] == 1 and "No module named 'pyautogui'" in default["error"], default
         assert python.get_vm_screen_size() == {"width": env.size[0], "height": env.size[1]}
         assert python.get_screenshot().startswith(b"\x89PNG")
         tag = uuid.uuid4().hex[:8]
