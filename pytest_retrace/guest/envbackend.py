@@ -28,6 +28,16 @@ from pytest_retrace.text import show
 _PYTHON_SHIM = 'command -v python >/dev/null 2>&1 || python() { python3 "$@"; }\n'
 
 
+def _argv(command: list[str] | str, shell: bool) -> list[str]:
+    """The program OSWorld's server would start for `command` (``subprocess`` with `shell`: ``/bin/sh -c``
+    with a list's first item as the script and the rest as its ``$0``, ``$1``...), `python` being python3."""
+    if shell:
+        script, *rest = [command] if isinstance(command, str) else command
+        return ["/bin/sh", "-c", _PYTHON_SHIM + script, *rest]
+    argv = list(command)
+    return ["python3", *argv[1:]] if argv[0] == "python" else argv
+
+
 class EnvironmentBackend:
     """A `GuestBackend` (guest/backend.py) over `env`, whose home is `home` as the task sees it."""
 
@@ -47,20 +57,11 @@ class EnvironmentBackend:
 
     # commands
     def run(self, command: list[str] | str, shell: bool, timeout: float) -> dict[str, Any]:
-        if shell:
-            script = _PYTHON_SHIM + str(command)
-        else:
-            argv = list(command)
-            if argv[0] == "python":
-                argv[0] = "python3"
-            script = shlex.join(argv)
-        res = self.env.run(script, timeout=timeout)
+        res = self.env.run(shlex.join(_argv(command, shell)), timeout=timeout)
         return {"status": "success", "output": res.stdout, "error": res.stderr, "returncode": res.returncode}
 
     def launch(self, command: list[str] | str, shell: bool) -> str:
-        argv = ["/bin/sh", "-c", _PYTHON_SHIM + command] if shell else list(command)
-        if argv[0] == "python":
-            argv[0] = "python3"
+        argv = _argv(command, shell)
         try:
             self.env.launch(argv)
         except EnvError as exc:

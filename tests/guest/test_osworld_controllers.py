@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from PIL import Image
 
 from pytest_retrace.envs.xvfb.environment import GUEST_HOME, XvfbEnvironment
@@ -228,6 +229,25 @@ def test_open_activate_and_close_windows(ctl: tuple[Any, Any], guest: Guest) -> 
     assert guest.display.windows("^xterm$")
 
 
+def assert_execute_shapes(url: str) -> None:
+    """/execute as OSWorld's server runs it: a string split without `shell`, run by sh with it, and a list with
+    `shell` as subprocess does (its first item the script, the rest $0, $1, ...)."""
+    def execute(command: Any, shell: bool) -> dict[str, Any]:
+        reply = requests.post(url + "/execute", json={"command": command, "shell": shell}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    assert execute("printf %s-%s 'a b' c", False)["output"] == "a b-c"
+    assert execute("printf %s-%s $((1+1)) x | tr x y", True)["output"] == "2-y"
+    assert execute(["printf %s-%s \"$0\" \"$1\"", "a", "b"], True)["output"] == "a-b"
+    assert execute(["python", "-c", "import sys; print(sys.version_info[0])"], False)["output"] == "3\n"
+    assert execute("python -c 'print(6*7)'", True)["output"] == "42\n"
+
+
+def test_execute_shapes(guest: Guest) -> None:
+    assert_execute_shapes(guest.url)
+
+
 def test_every_endpoint_the_package_calls_is_served(desktop_env: Any, guest: Guest) -> None:
     """Every "/..." path desktop-env's code sends a request to, read from its source: a new desktop-env
     version that calls a new endpoint fails here, not silently in a getter."""
@@ -297,5 +317,6 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
         assert env.find_windows("^xterm$")
         assert env.read_file("~/shell.txt") == f"{GUEST_HOME} {env.display}\n".encode()
         assert python.run_bash_script("pwd")["output"] == f"{GUEST_HOME}\n"
+        assert_execute_shapes(served.url)
         tree = python.get_vm_directory_tree(GUEST_HOME)
         assert {"type": "file", "name": name} in tree["children"]
