@@ -17,7 +17,7 @@ before any request: nothing is downloaded here.
 
 from __future__ import annotations
 
-import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +145,141 @@ def _cloud_missing(config: dict[str, Any], cache_dir: Path) -> list[str]:
     dests = config.get("dest")
     names = dests if isinstance(dests, list) else [dests]
     return [str(d) for d in names if not (isinstance(d, str) and (cache_dir / d).is_file())]
+
+
+# --- running --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Env:
+    """The part of OSWorld's DesktopEnv its getters read (``env.<name>`` in desktop_env/evaluators/getters/)."""
+
+    controller: Any
+    setup_controller: Any
+    vm_ip: str
+    server_port: int
+    chromium_port: int
+    vlc_port: int
+    cache_dir: str
+    vm_platform: str
+    current_use_proxy: bool = False  # no proxy here: DesktopEnv sets it only with OSWorld's proxy pool
+
+
+@dataclass
+class _Func:
+    """One func of the block: its score, or why it scored 0."""
+
+    line: str
+    score: float | None  # None: the result getter raised FileNotFoundError
+
+
+def evaluate(evaluator: Any, server: VMServer, cache_dir: Path, *, last_action: str | None = None) -> Evaluation:
+    """The score OSWorld's ``DesktopEnv.evaluate()`` gives the desktop behind ``server`` (module docstring).
+    ``cache_dir`` is the task's cache directory: its cloud files, and where getters put what they fetch."""
+    validate(evaluator, cache_dir=cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    post = evaluator.get("postconfig", [])
+    errors: list[str] = []
+    if (failure := run_steps(post, server, cache_dir, errors)) is not None:
+        alive(server)  # the step failed on what the agent left (a file it did not save), not on the server
+        return Evaluation(0.0, False, [f"postconfig: {clip(failure, 300)}" + _logged(errors)])
+    done = [f"postconfig: {len(post)} step(s) run"] if post else []
+    if evaluator["func"] == "infeasible":
+        score = 1.0 if last_action == "FAIL" else 0.0
+        return Evaluation(score, score >= 1.0, [*done, f"infeasible: last action {last_action or 'none'}: {score:g}"])
+    if last_action == "FAIL":
+        return Evaluation(0.0, False, [*done, "the last action was FAIL on a feasible task: 0"])
+    python, setup = controllers(server, cache_dir)
+    env = _Env(python, setup, server.host, server.server_port, server.chromium_port, server.vlc_port,
+               str(cache_dir), server.platform)
+    return _combine(evaluator, env, server, done)
+
+
+def _combine(evaluator: dict[str, Any], env: _Env, server: VMServer, lines: list[str]) -> Evaluation:
+    conj = evaluator.get("conj", "and")
+    funcs = _funcs(evaluator)
+    scores: list[float] = []
+    for i, name in enumerate(funcs):
+        func = _run_func(evaluator, i, name, env, server)
+        lines.append(func.line)
+        score = 0.0 if func.score is None else func.score  # a result file not found: OSWorld's `and` stops at 0
+        if conj == "and" and score == 0.0:
+            return _verdict(0.0, lines, funcs[i + 1:])
+        if conj == "or" and score == 1.0:
+            return _verdict(1.0, lines, funcs[i + 1:])
+        scores.append(score)
+    return _verdict(sum(scores) / len(scores) if conj == "and" else max(scores), lines, [])
+
+
+def _verdict(score: float, lines: list[str], skipped: list[str]) -> Evaluation:
+    lines += [f"{name}: not run (the score was decided)" for name in skipped]
+    return Evaluation(score, score >= 1.0, lines)
+
+
+def _run_func(evaluator: dict[str, Any], i: int, name: str, env: _Env, server: VMServer) -> _Func:
+    result, expected, options = (_part(evaluator, f, i) for f in ("result", "expected", "options"))
+    label = f"{name}({_describe(result)})"
+    errors: list[str] = []
+    try:
+        value = _call(lambda: package.load("getter", result["type"])(env, result), server, errors, result=True)
+        if expected is not None:  # OSWorld: metric(result, expected, **options) when the block has expected
+            gold = _call(lambda: package.load("getter", expected["type"])(env, expected), server, errors)
+            score = _call(lambda: package.load("metric", name)(value, gold, **(options or {})), server, errors)
+        else:
+            score = _call(lambda: package.load("metric", name)(value, **(options or {})), server, errors)
+    except FileNotFoundError as exc:
+        return _Func(f"{label}: 0 (file not found: {exc})" + _logged(errors), None)
+    except _Failed as exc:
+        return _Func(f"{label}: 0 ({exc})" + _logged(errors), 0.0)
+    number = _number(score)
+    if value is None:
+        label += " [the result getter gave None]"
+    if number is None:
+        return _Func(f"{label}: 0 (the metric returned {show(score)}, not a score)" + _logged(errors), 0.0)
+    return _Func(f"{label}: {number:g}" + (_logged(errors) if number < 1.0 else ""), number)
+
+
+def _number(score: Any) -> float | None:
+    try:
+        return float(score)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Failed(Exception):
+    """A getter or metric failed on the desktop's state while the VM server is fine: the func scores 0."""
+
+
+def _call(run: Callable[[], Any], server: VMServer, errors: list[str], result: bool = False) -> Any:
+    """Run a desktop-env getter or metric quietly. Unavailable -> EvaluatorError; raising or giving None with
+    the server gone -> EnvError (alive raises it); raising otherwise -> _Failed, but FileNotFoundError from
+    the result getter stays one (OSWorld scores it 0 on its own terms)."""
+    try:
+        with quiet(errors):
+            value = run()
+    except package.Unavailable as exc:
+        raise EvaluatorError(f"the harness cannot run this evaluator: {exc}") from exc
+    except Exception as exc:  # desktop-env's code raises anything on a bad file: the agent's artefact
+        alive(server)
+        if result and isinstance(exc, FileNotFoundError):
+            raise
+        raise _Failed(f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
+    if value is None:
+        alive(server)  # a getter gives None when its request failed: was that the server?
+    return value
+
+
+def _describe(getter: Any) -> str:
+    """A getter as the details name it: its type and the path, command or URL it reads."""
+    if not isinstance(getter, dict):
+        return ""
+    what = next((getter[k] for k in ("path", "command", "dest", "rules") if k in getter), None)
+    return f"{getter.get('type')} {clip(show(what) if not isinstance(what, str) else what, 80)}" if what else \
+        str(getter.get("type"))
+
+
+def _logged(errors: list[str]) -> str:
+    """desktop-env's ERROR lines, each once (its controller logs every retry) with how often."""
+    counted = Counter(errors)
+    lines = [f"{line} (x{n})" if n > 1 else line for line, n in counted.items()]
+    return f"; desktop-env logged: {clip(' | '.join(lines), 400)}" if lines else ""

@@ -15,6 +15,7 @@ import inspect
 import io
 import logging
 import os
+import threading
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -36,11 +37,13 @@ UNSUPPORTED = {
     "act": "not implemented in desktop-env", "replay": "not implemented in desktop-env",
     "tidy_desktop": "not implemented in desktop-env", "proxy": "needs OSWorld's proxy pool and the network",
 }
-# OSWorld's PythonController sleeps 5 s between its 3 tries of a request, for a VM whose server is (re)starting.
-# A missing file is a 404 at once, and the 3 tries of it cost 10 s of sleep (measured: 10.0 s; 0.4 s at this
-# value). A dead server is not waited for either way: the evaluation asks GET /platform once after a getter
-# gave nothing, and that is an EnvError.
+# OSWorld's PythonController sleeps 5 s after each of its 3 tries of a request, for a VM whose server is
+# (re)starting. A missing file is a 404 at once, so its 3 tries cost 15 s of sleep (a missing vm_file measured
+# 15.0 s per evaluation; 0.6 s at this value), on every task whose agent did not save. A dead server is not
+# waited for either way: the evaluation asks GET /platform once after a getter gave nothing (an EnvError).
 RETRY_INTERVAL = 0.2
+# OSWorld sets no limit on a config's run; its server allows each command 120 s, and a task has a few steps.
+SETUP_DEADLINE = 600.0
 LOG = "desktopenv"  # desktop-env's loggers are desktopenv.<part>
 
 
@@ -209,10 +212,25 @@ def run_steps(config: list[dict[str, Any]], server: VMServer, cache_dir: Path, e
     alive(server)
     cache_dir.mkdir(parents=True, exist_ok=True)
     _, controller = controllers(server, cache_dir)
+    outcome: list[str | None] = []
+    worker = threading.Thread(target=lambda: outcome.append(_setup(controller, config)), daemon=True,
+                              name="osworld-setup")
+    with quiet(errors):
+        worker.start()
+        worker.join(SETUP_DEADLINE)
+        if worker.is_alive():
+            # OSWorld's `execute ... until` asks again every 0.3 s for ever while the condition is not met and
+            # the server answers; pointed at a closed port its requests fail, and it gives up after 5 failures
+            controller.http_server = f"http://{server.host}:9"
+            worker.join(60)
+            return f"the setup steps did not finish in {SETUP_DEADLINE:g} s (an execute step's `until` not met?)"
+    return outcome[0] if outcome else "the setup steps ended without an outcome"
+
+
+def _setup(controller: Any, config: list[dict[str, Any]]) -> str | None:
     try:
-        with quiet(errors):
-            controller.setup(config)
-    except Exception as exc:  # SetupController wraps every step's failure in a bare Exception
+        controller.setup(config)
+    except Exception as exc:  # noqa: BLE001 - SetupController wraps every step's failure in a bare Exception
         cause = exc.__cause__ or exc
         return f"{exc}" if str(cause) in str(exc) else f"{exc}: {type(cause).__name__}: {cause}"
     return None
