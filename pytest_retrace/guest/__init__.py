@@ -44,7 +44,8 @@ brackets, P = PythonController, S = SetupController):
     POST /window_size  form app_class_name -> {"width", "height"} of its first window [P.get_vm_window_size]
     POST /desktop_path                     -> {"desktop_path": "~/Desktop"}, 404 without one [P.get_vm_desktop_path]
     POST /list_directory {"path"}          -> {"directory_tree": {"type", "name", "children"}} [P.get_vm_directory_tree]
-    POST /start_recording, /end_recording  -> 501 (no ffmpeg recording here) [P.start_recording, P.end_recording]
+    POST /start_recording, /end_recording  -> ffmpeg x11grab to an MP4, whose bytes /end_recording answers (400
+                                              when none runs; 501 without ffmpeg) [P.start_recording, P.end_recording]
 
 The getters call only these, directly (/execute, /setup/launch) or through PythonController (get_file,
 execute_python_command, the get_vm_* calls); tests/guest/test_osworld_controllers.py reads the package's

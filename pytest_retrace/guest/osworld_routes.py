@@ -3,9 +3,9 @@ PythonController, SetupController and getters call (the package docstring lists 
 request's fields first (a JSON 4xx naming the field), then does its work in the thread pool
 (guest/osworld_work.py) on the `GuestBackend`.
 
-Not served, each with a 501 that says why, so a getter needing it fails as unsupported here rather than
-judging a wrong value: the accessibility tree (OSWorld reads it through AT-SPI, which these desktops do not
-run) and screen recording (no ffmpeg in them).
+Not served, with a 501 that says why, so a getter needing it fails as unsupported here rather than judging a
+wrong value: the accessibility tree (OSWorld reads it through AT-SPI, which these desktops do not run).
+Recording (guest/recording.py) is a 501 on a desktop without ffmpeg.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from pytest_retrace.guest import osworld_work as work
 from pytest_retrace.guest.backend import GuestBackend
 from pytest_retrace.guest.config import MAX_COMMAND_TIMEOUT, GuestConfig
+from pytest_retrace.guest.recording import Recorder
 from pytest_retrace.guest.requests import (
     bad_request,
     command_field,
@@ -30,8 +31,6 @@ MAX_VERIFY_WAIT = 600.0  # seconds an execute_with_verification may wait for its
 _VERIFICATIONS = ("window_exists", "command_success")
 ACCESSIBILITY_UNSUPPORTED = ("the accessibility tree is not served here: OSWorld reads it through AT-SPI (pyatspi "
                              "and an at-spi bus in the desktop's session), which retrace's desktops do not run")
-RECORDING_UNSUPPORTED = ("screen recording is not served here: OSWorld records with ffmpeg's x11grab, which "
-                         "retrace guest does not run")
 
 
 def _flag(data: dict[str, Any], name: str) -> bool:
@@ -80,8 +79,18 @@ def osworld_routes(backend: GuestBackend, config: GuestConfig) -> list[Any]:
     async def accessibility(request: Any) -> Any:
         return error_response(501, ACCESSIBILITY_UNSUPPORTED)
 
-    async def recording(request: Any) -> Any:
-        return error_response(501, RECORDING_UNSUPPORTED)
+    recorder = Recorder(backend)
+
+    async def start_recording(request: Any) -> Any:
+        status, body = await run_in_threadpool(recorder.start)
+        return JSONResponse(body) if status == 200 else error_response(status, body["message"])
+
+    async def end_recording(request: Any) -> Any:
+        status, body = await run_in_threadpool(recorder.end)
+        if isinstance(body, bytes):
+            return Response(body, media_type="video/mp4",
+                            headers={"Content-Disposition": "attachment; filename=recording.mp4"})
+        return error_response(status, body["message"])
 
     async def run_python(request: Any) -> Any:
         data = await json_object(request)
@@ -166,8 +175,8 @@ def osworld_routes(backend: GuestBackend, config: GuestConfig) -> list[Any]:
         Route("/window_size", window_size, methods=["POST"]),
         Route("/desktop_path", desktop_path, methods=["POST"]),
         Route("/list_directory", list_directory, methods=["POST"]),
-        Route("/start_recording", recording, methods=["POST"]),
-        Route("/end_recording", recording, methods=["POST"]),
+        Route("/start_recording", start_recording, methods=["POST"]),
+        Route("/end_recording", end_recording, methods=["POST"]),
     ]
 
 

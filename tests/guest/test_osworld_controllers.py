@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 import subprocess
 import time
 import uuid
@@ -229,6 +230,24 @@ def test_open_activate_and_close_windows(ctl: tuple[Any, Any], guest: Guest) -> 
     assert guest.display.windows("^xterm$")
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg (apt install ffmpeg)")
+def test_recording(ctl: tuple[Any, Any], guest: Guest, tmp_path: Path) -> None:
+    python, _ = ctl
+    assert guest.request("POST", "/end_recording", b"").status == 400  # none in progress
+    python.start_recording()
+    again = guest.request("POST", "/start_recording", b"")
+    assert again.status == 400 and "already in progress" in again.json()["error"]
+    subprocess.run(["xdotool", "mousemove", "100", "100"], env=guest.display.env(), check=True)
+    time.sleep(1)
+    python.end_recording(str(tmp_path / "video.mp4"))
+    video = (tmp_path / "video.mp4").read_bytes()
+    assert video[4:8] == b"ftyp" and len(video) > 1000  # an MP4 with its index written (ffmpeg stopped cleanly)
+    probe = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=width,height", "-of", "csv=p=0",
+                            str(tmp_path / "video.mp4")], capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == f"{SIZE[0]},{SIZE[1]}"
+    assert not list(Path("/tmp").glob("retrace-recording-*"))  # the guest's files are removed
+
+
 def assert_execute_shapes(url: str) -> None:
     """/execute as OSWorld's server runs it: a string split without `shell`, run by sh with it, and a list with
     `shell` as subprocess does (its first item the script, the rest $0, $1, ...)."""
@@ -318,5 +337,9 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
         assert env.read_file("~/shell.txt") == f"{GUEST_HOME} {env.display}\n".encode()
         assert python.run_bash_script("pwd")["output"] == f"{GUEST_HOME}\n"
         assert_execute_shapes(served.url)
+        if shutil.which("ffmpeg"):  # ffmpeg runs in the sandbox, on its display, and its file is read from there
+            python.start_recording()
+            python.end_recording(str(tmp_path / "env.mp4"))
+            assert (tmp_path / "env.mp4").read_bytes()[4:8] == b"ftyp"
         tree = python.get_vm_directory_tree(GUEST_HOME)
         assert {"type": "file", "name": name} in tree["children"]
