@@ -10,6 +10,7 @@ holds up a screenshot.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +26,7 @@ from pytest_retrace.guest.config import (
 from pytest_retrace.guest.desktop import DesktopError, DisplayBlocked
 from pytest_retrace.guest.middleware import Auth, BodyLimit
 from pytest_retrace.guest.osworld_routes import osworld_routes
+from pytest_retrace.guest.recording import Recorder
 from pytest_retrace.guest.requests import (
     bad_request,
     command_field,
@@ -51,6 +53,12 @@ def create_app(config: GuestConfig, backend: GuestBackend | None = None) -> Any:
     from starlette.routing import Route
 
     guest: GuestBackend = backend if backend is not None else Guest(config)
+    recorder = Recorder(guest)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        yield
+        await run_in_threadpool(recorder.abort)  # no ffmpeg outlives the server
 
     async def health(request: Any) -> Any:
         return JSONResponse({"status": "ok"})
@@ -148,11 +156,11 @@ def create_app(config: GuestConfig, backend: GuestBackend | None = None) -> Any:
         Route("/screen_size", screen_size, methods=["POST"]),
         Route("/cursor_position", cursor_position, methods=["GET"]),
         Route("/task_cpu", task_cpu, methods=["GET"]),  # retrace's own: see Environment.task_cpu_seconds
-        *osworld_routes(guest, config),
+        *osworld_routes(guest, config, recorder),
     ]
     middleware = [
         Middleware(Auth, token=config.token),
         Middleware(BodyLimit, default=config.max_json, limits={_UPLOAD_PATH: config.max_upload + _MULTIPART_SLACK}),
     ]
     handlers = {HTTPException: http_error, DesktopError: desktop_error, EnvError: env_error, Exception: internal_error}
-    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)

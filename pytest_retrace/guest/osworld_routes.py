@@ -62,8 +62,9 @@ def _window_request(data: dict[str, Any]) -> tuple[str, bool, bool]:
     return path_field(data["window_name"], "window_name"), _flag(data, "strict"), _flag(data, "by_class")
 
 
-def osworld_routes(backend: GuestBackend, config: GuestConfig) -> list[Any]:
-    """The starlette routes of the endpoints above, on `backend`."""
+def osworld_routes(backend: GuestBackend, config: GuestConfig, recorder: Recorder) -> list[Any]:
+    """The starlette routes of the endpoints above, on `backend`; `recorder` runs its recordings (the app stops
+    one still running at its shutdown)."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
@@ -78,8 +79,6 @@ def osworld_routes(backend: GuestBackend, config: GuestConfig) -> list[Any]:
 
     async def accessibility(request: Any) -> Any:
         return error_response(501, ACCESSIBILITY_UNSUPPORTED)
-
-    recorder = Recorder(backend)
 
     async def start_recording(request: Any) -> Any:
         status, body = await run_in_threadpool(recorder.start)

@@ -77,3 +77,16 @@ class Recorder:
             if not data:
                 return 500, {"status": "error", "message": "Recording failed. The output file is missing or empty."}
             return 200, data
+
+    def abort(self) -> None:
+        """At the server's shutdown: a recording still running is stopped and its files removed (nobody can
+        fetch it any more, and ffmpeg would go on recording the desktop)."""
+        with self.lock:
+            pid, self.pid = self.pid, None
+            if pid is None:
+                return
+            try:
+                self.backend.run(["kill", "-KILL", str(pid)], False, 10)
+                self.backend.run(["rm", "-f", self.path, self.path + ".log"], False, 10)
+            except Exception:  # noqa: BLE001 - the desktop may be gone already: nothing left to stop then
+                pass
