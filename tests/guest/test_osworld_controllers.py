@@ -248,6 +248,21 @@ def test_recording(ctl: tuple[Any, Any], guest: Guest, tmp_path: Path) -> None:
     assert not list(Path("/tmp").glob("retrace-recording-*"))  # the guest's files are removed
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg (apt install ffmpeg)")
+def test_a_recording_ends_with_its_server(display: Display, tmp_path: Path) -> None:
+    own = Guest(display, tmp_path / "home").start()
+    try:
+        assert own.request("POST", "/start_recording", b"").status == 200
+        files = wait_until(lambda: list(Path("/tmp").glob("retrace-recording-*.mp4")), "the recording's file")
+        pid = int(subprocess.run(["pgrep", "-n", "-f", f"ffmpeg .*{files[0].name}"], capture_output=True,
+                                 text=True, check=True).stdout)
+    finally:
+        own.close()  # SIGTERM: uvicorn's shutdown runs the app's lifespan end
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2],
+               "ffmpeg gone after its server")
+    assert not files[0].exists()
+
+
 def assert_execute_shapes(url: str) -> None:
     """/execute as OSWorld's server runs it: a string split without `shell`, run by sh with it, and a list with
     `shell` as subprocess does (its first item the script, the rest $0, $1, ...)."""
