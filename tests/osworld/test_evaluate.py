@@ -4,15 +4,17 @@ Xvfb display: files written by real apps, OSWorld's scoring rules, and whose fai
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.server
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -55,7 +57,7 @@ def command(cmd: str | list[str], shell: bool = False) -> dict[str, Any]:
 class Counting(http.server.BaseHTTPRequestHandler):
     """A loopback web server counting every request: a getter that must not download must leave it at 0."""
 
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         Counting.hits.append(self.path)
@@ -69,6 +71,13 @@ class Counting(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def web() -> Iterator[str]:
+    with counting_server() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def counting_server() -> Iterator[str]:
+    """The base URL of a fresh :class:`Counting` server (its hits emptied)."""
     Counting.hits = []
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -195,8 +204,8 @@ def test_vm_command_line_with_a_shell_and_with_a_list(guest: Guest, tmp_path: Pa
     assert evaluate.evaluate(shell, server_of(guest), tmp_path).score == 1.0
     listed = {**shell, "result": command(["cat", str(guest.home / "notes.txt")])}  # no shell: lower case stays
     judged = evaluate.evaluate(listed, server_of(guest), tmp_path)
-    assert judged.score == 0.0 and judged.details == [f"check_include_exclude(vm_command_line "
-                                                      f"{['cat', str(guest.home / 'notes.txt')]!r}): 0"]
+    assert judged.score == 0.0 and judged.details == [(f"check_include_exclude(vm_command_line "
+                                                       f"{['cat', str(guest.home / 'notes.txt')]!r}): 0")]
 
 
 @needs_desktop
@@ -340,3 +349,82 @@ def test_a_package_missing_at_run_time_is_an_evaluator_error(monkeypatch: pytest
     block = {"func": "exact_match", "result": rule("x"), "expected": rule({"expected": "x"})}
     with pytest.raises(EvaluatorError, match="harness cannot run this evaluator: .*easyocr"):
         evaluate.evaluate(block, VMServer("127.0.0.1", 9, 9222, 8080), tmp_path)
+
+
+# OSWorld's own DesktopEnv.evaluate(), run in a child process on a DesktopEnv that is only the attributes its
+# evaluate() and getters read (no VM provider is made). desktop_env.desktop_env imports gymnasium (for a base
+# class) and every metric module (easyocr, librosa): stand-ins here, as none of the blocks compared use them.
+_OSWORLD = r"""
+import importlib.abc, importlib.machinery, json, sys, types
+gym = types.ModuleType("gymnasium"); gym.Env = type("Env", (), {}); sys.modules.setdefault("gymnasium", gym)
+class Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {"easyocr", "librosa", "torch"}:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec): return None
+    def exec_module(self, module): module.__path__ = []
+sys.meta_path.insert(0, Stub())
+from desktop_env.desktop_env import DesktopEnv
+from desktop_env.controllers.python import PythonController
+from desktop_env.controllers.setup import SetupController
+job = json.load(sys.stdin)
+scores = []
+for case in job["cases"]:
+    env = object.__new__(DesktopEnv)
+    env.vm_ip, env.server_port, env.chromium_port, env.vlc_port = "127.0.0.1", job["port"], 9222, 8080
+    env.cache_dir, env.enable_proxy, env.current_use_proxy, env.is_environment_used = job["cache"], False, False, False
+    env.controller = PythonController("127.0.0.1", job["port"])
+    env.controller.retry_interval = 0.2  # the score is the same; only the waiting differs
+    env.setup_controller = SetupController("127.0.0.1", job["port"], 9222, 8080, job["cache"])
+    env.action_history = [case["last"]] if case["last"] else []
+    env._set_evaluator_info({"evaluator": case["evaluator"]})
+    scores.append(float(env.evaluate()))
+print("SCORES " + json.dumps(scores))
+"""
+
+
+@needs_desktop
+@pytest.mark.desktop
+def test_the_same_scores_as_osworlds_own_evaluate(guest: Guest, tmp_path: Path) -> None:
+    home = guest.home
+    (home / "same.txt").write_text("alpha\nbeta\n")
+    (home / "other.txt").write_text("alpha\ngamma\n")
+    (home / "post.txt").unlink(missing_ok=True)
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for cache in (ours, theirs):
+        cache.mkdir()
+        (cache / "gold.txt").write_text("alpha\nbeta\n")
+    gold = {"type": "cloud_file", "path": "https://example.com/gold.txt", "dest": "gold.txt"}
+    yes, no = command("echo yes", shell=True), command(["echo", "no"])
+    has_yes = rule({"include": ["yes"], "exclude": ["no"]})
+    half = ("fuzzy_match", command(["printf", "ab"]), rule({"expected": "abcdef"}))
+
+    def many(conj: str, *funcs: tuple[str, Any, Any]) -> dict[str, Any]:
+        return {"func": [f[0] for f in funcs], "result": [f[1] for f in funcs],
+                "expected": [f[2] for f in funcs], "conj": conj}
+
+    one, zero = ("check_include_exclude", yes, has_yes), ("check_include_exclude", no, has_yes)
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        ({"func": "compare_text_file", "result": vm_file(home / "same.txt"), "expected": gold}, None),
+        ({"func": "compare_text_file", "result": vm_file(home / "other.txt"), "expected": gold}, None),
+        ({"func": "compare_text_file", "result": vm_file(home / "never.txt"), "expected": gold}, None),
+        ({"func": "compare_text_file", "result": vm_file(home / "same.txt"), "expected": gold}, "FAIL"),
+        ({"func": "check_include_exclude", "result": yes, "expected": has_yes}, "DONE"),
+        ({"func": "infeasible"}, "FAIL"), ({"func": "infeasible"}, None),
+        (many("and", one, half), None), (many("and", half, zero, one), None), (many("and", zero, one), None),
+        (many("or", half, zero), None), (many("or", zero, one, half), None), (many("or", zero, zero), None),
+        ({"func": "check_include_exclude", "result": command(["cat", str(home / "post.txt")]),
+          "expected": rule({"include": ["after"]}),
+          "postconfig": [{"type": "execute", "parameters": {"command": f"echo after > {home / 'post.txt'}",
+                                                            "shell": True}}]}, None),
+    ]
+    mine = [evaluate.evaluate(block, server_of(guest), ours, last_action=last).score for block, last in cases]
+    (home / "post.txt").unlink()
+    job = json.dumps({"port": guest.port, "cache": str(theirs),
+                      "cases": [{"evaluator": block, "last": last} for block, last in cases]})
+    run = subprocess.run([sys.executable, "-c", _OSWORLD], input=job, capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, check=False)
+    found = [line for line in run.stdout.splitlines() if line.startswith("SCORES ")]
+    assert run.returncode == 0 and found, run.stderr[-3000:]
+    assert mine == json.loads(found[0].removeprefix("SCORES "))
+    assert mine == [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.75, 0.0, 0.0, 0.5, 1.0, 0.0, 1.0]

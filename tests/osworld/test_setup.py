@@ -15,7 +15,7 @@ from pytest_retrace.evaluators import EvaluatorError
 from pytest_retrace.osworld import package, setup
 from pytest_retrace.osworld.server import VMServer
 from tests.guests import Display, Guest, needs_desktop
-from tests.osworld.test_evaluate import Counting, web  # noqa: F401 - the counting web server fixture
+from tests.osworld.test_evaluate import Counting, counting_server
 
 pytestmark = pytest.mark.skipif(package.root() is None, reason="desktop-env is not installed (scripts/bootstrap)")
 
@@ -31,6 +31,12 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
     yield served
     served.close()
     display.close()
+
+
+@pytest.fixture
+def web() -> Iterator[str]:
+    with counting_server() as url:
+        yield url
 
 
 def server_of(guest: Guest) -> VMServer:
