@@ -428,3 +428,45 @@ def test_the_same_scores_as_osworlds_own_evaluate(guest: Guest, tmp_path: Path) 
     assert run.returncode == 0 and found, run.stderr[-3000:]
     assert mine == json.loads(found[0].removeprefix("SCORES "))
     assert mine == [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.75, 0.0, 0.0, 0.5, 1.0, 0.0, 1.0]
+
+
+class Broken(http.server.BaseHTTPRequestHandler):
+    """A VM server failing for its own reasons: 500 on every request once ``failing`` is set."""
+
+    failing: ClassVar[list[bool]] = [False]
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer()
+
+    def _answer(self) -> None:
+        status = 500 if Broken.failing[0] else 200
+        body = b"Linux" if self.path == "/platform" else json.dumps({"output": "yes", "error": "", "returncode": 0,
+                                                                     "status": "success"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if self.path == "/execute":  # it breaks after answering the first func's command
+            Broken.failing[0] = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_server_answering_500_is_an_env_error_not_a_score(tmp_path: Path) -> None:
+    Broken.failing = [False]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server = VMServer("127.0.0.1", httpd.server_address[1], 9222, 8080)
+        ask = ("check_include_exclude", command("echo yes", shell=True), rule({"include": ["yes"]}))
+        block = {"func": [ask[0]] * 2, "result": [ask[1]] * 2, "expected": [ask[2]] * 2}
+        with pytest.raises(EnvError, match=r"/platform answers 500"):
+            evaluate.evaluate(block, server, tmp_path)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
