@@ -228,6 +228,9 @@ def test_open_activate_and_close_windows(ctl: tuple[Any, Any], guest: Guest) -> 
 
     setup.setup([{"type": "open", "parameters": {"path": "xterm"}}])  # an application by name: waits for it
     assert guest.display.windows("^xterm$")
+    (guest.home / f"notes-{tag}.txt").write_text("opened\n")
+    setup.setup([{"type": "open", "parameters": {"path": f"~/notes-{tag}.txt"}}])  # xdg-open, then its window
+    assert guest.display.windows(f"notes-{tag}")
 
 
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg (apt install ffmpeg)")
