@@ -9,6 +9,7 @@
     retrace build [--env NAME] [...]                         build cases from successful trajectories
     retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
     retrace osworld check evaluation_examples/examples       per OSWorld task: supported here, or why not
+    retrace osworld cache --placeholders DIR TASKS           empty cache files, to measure the check with
 """
 
 from __future__ import annotations
@@ -198,19 +199,6 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _cmd_osworld_check(args: argparse.Namespace, extra: list[str]) -> int:
-    """Every OSWorld task under the paths: supported, or every reason why not. Exit 0 when all are."""
-    from pytest_retrace.dataset.osworld_check import report
-
-    status = report([Path(p) for p in args.paths], sys.stdout,
-                    examples=Path(args.examples) if args.examples else None,
-                    cache_dir=Path(args.osworld_cache) if args.osworld_cache else None,
-                    as_json=args.json, verbose=args.verbose)
-    if status == 2:
-        print(f"retrace osworld check: no task definition in {' '.join(args.paths)}", file=sys.stderr)
-    return status
-
-
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
     from pytest_retrace.results.records import RecordError
     from pytest_retrace.results.session import read_records
@@ -344,18 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="redo this stage and every later one")
     _env_arguments(bld)
     bld.set_defaults(func=_cmd_build)
-    osw = sub.add_parser("osworld", help="OSWorld compatibility")
-    osw_sub = osw.add_subparsers(dest="osworld_command", required=True)
-    chk = osw_sub.add_parser("check", help="per OSWorld task JSON: supported here, or exactly why not")
-    chk.add_argument("paths", nargs="+", help="task definition files, directories of them "
-                     "(evaluation_examples/examples), or task lists ({domain: [id, ...]}, as test_all.json)")
-    chk.add_argument("--examples", metavar="DIR",
-                     help="where a task list's task files are (<domain>/<id>.json; default: <list's dir>/examples)")
-    chk.add_argument("--json", action="store_true", help="one JSON object per task per line")
-    chk.add_argument("--verbose", "-v", action="store_true",
-                     help="also name the skipped files and list the known metrics and getters")
-    chk.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
-    chk.set_defaults(func=_cmd_osworld_check)
+    from pytest_retrace.dataset.osworld_cli import add_osworld_commands
+
+    add_osworld_commands(sub, _CACHE_HELP)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")

@@ -17,18 +17,11 @@ Trailing ``DONE`` lines are the agent finishing and are stripped; ``WAIT`` is ke
 
 The task (instruction, setup, evaluator) comes from OSWorld's ``evaluation_examples/examples/<domain>/
 <task_id>.json`` or from a ``task.json`` / ``example.json`` next to ``traj.jsonl`` (some forks write one).
-The original task JSON is kept in ``metadata["osworld_task"]``.  Only what this package can reproduce is
-imported as is: setup ``launch`` / ``command`` / ``execute`` / ``open`` / ``activate_window``, ``upload_file``
-and ``download`` when the file is here (a local path, a ``file://`` URL, or a URL found in an OSWorld cache
-directory: there is no network), ``sleep`` skipped (the environment settles by itself) — docs/osworld.md
-has the mapping —, and evaluators accepted by :func:`validate_evaluator` without ``postconfig`` steps (the
-environment does not run them).  Anything else drops the trajectory, unless
-``keep_unsupported=True``: then it is kept with ``metadata["evaluator_supported"] = False`` and a
-placeholder evaluator that never passes, and/or without the unsupported setup steps (listed in
-``metadata["unsupported_config"]``).  Such trajectories can only be replayed faithfully by an
-OSWorld-compatible remote environment (future work); a local replay would fail its evaluator.
-
-The task JSON is converted by dataset/osworld_task.py, its setup config by dataset/osworld_setup.py.
+The original task JSON is kept in ``metadata["osworld_task"]``.  The task's Φ is OSWorld's own: its config and
+evaluator go verbatim into ``task.osworld`` (dataset/osworld_task.py), run by desktop-env's SetupController and
+metrics (replay/judge.py), with the files its downloads and cloud_file getters take from OSWorld's cache
+directory (``cache_dir/<task_id>/``; there is no network here), which the case writer copies into the case.  A
+task OSWorld's code cannot run here (``retrace osworld check`` says why) drops the trajectory, with the reason.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ from pytest_retrace.dataset.trajectory import Dropped, Step, Trajectory, normali
 
 
 def import_osworld(
-    results_dir: Path, examples_dir: Path | None = None, *, keep_unsupported: bool = False,
-    cache_dir: Path | None = None,
+    results_dir: Path, examples_dir: Path | None = None, *, cache_dir: Path | None = None,
 ) -> tuple[list[Trajectory], list[Dropped]]:
     """Every ``traj.jsonl`` below ``results_dir`` (any depth) as a trajectory, or a drop with its reason.
 
@@ -69,7 +61,7 @@ def import_osworld(
     for traj_file in sorted(results_dir.rglob("traj.jsonl")):
         if not traj_file.is_file():
             continue
-        out = _import_task_dir(traj_file.parent, results_dir, examples_dir, keep_unsupported, cache_dir)
+        out = _import_task_dir(traj_file.parent, results_dir, examples_dir, cache_dir)
         (dropped if isinstance(out, Dropped) else kept).append(out)
     _disambiguate(kept, results_dir)
     return sorted(kept, key=lambda t: t.id), sorted(dropped, key=lambda d: (d.source, d.reason))
@@ -93,7 +85,7 @@ class _Line:
 
 
 def _import_task_dir(
-    task_dir: Path, results_dir: Path, examples_dir: Path | None, keep_unsupported: bool, cache_dir: Path | None
+    task_dir: Path, results_dir: Path, examples_dir: Path | None, cache_dir: Path | None
 ) -> Trajectory | Dropped:
     task_dir = task_dir.absolute()
     source = f"osworld:{task_dir}"
@@ -114,10 +106,9 @@ def _import_task_dir(
     if isinstance(raw_task, str):
         return Dropped(source, raw_task)
     task_json, task_path = raw_task
-    built = build_task(task_json, domain, task_id, keep_unsupported, cache_dir)
-    if isinstance(built, str):
-        return Dropped(source, built)
-    task, task_meta = built
+    task = build_task(task_json, domain, task_id, cache_dir)
+    if isinstance(task, str):
+        return Dropped(source, task)
 
     rel = task_dir.relative_to(results_dir.absolute()).parts
     above = rel[:-2]  # <action_space>/<observation_type>/<model> when laid out as run.py does
@@ -132,7 +123,6 @@ def _import_task_dir(
         "task_file": str(task_path),
         "final_screenshot": final_screenshot,
         "osworld_task": task_json,
-        **task_meta,
     }
     if (task_dir / "recording.mp4").is_file():
         metadata["recording"] = str(task_dir / "recording.mp4")

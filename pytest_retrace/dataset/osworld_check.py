@@ -1,12 +1,17 @@
 """``retrace osworld check``: which OSWorld tasks can be reproduced here, every reason why not as a (reason,
 detail) pair, and the report (one line per task, a summary by reason, or one JSON object per task).
 
+A task is supported when OSWorld's own code (desktop-env, pytest_retrace/osworld/) can set it up and judge it
+here: its config steps and its evaluator pass desktop-env's checks, with the files it downloads in the cache.
+A supported task is runnable on a provider when that provider has the apps it needs (dataset/osworld_apps.py).
+
 Input is a directory of task definitions, a task file, or a task list (OSWorld's ``test_all.json`` shape:
 ``{"domain": ["id", ...]}``) whose task files lie in an examples directory."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -14,15 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from pytest_retrace.dataset.osworld_setup import convert_config
-from pytest_retrace.evaluators import GETTERS, METRICS, EvaluatorError, validate_evaluator
+from pytest_retrace.dataset.osworld_apps import Provider, lacking, needs
+from pytest_retrace.osworld import package
+from pytest_retrace.osworld.evaluate import evaluator_problems
+from pytest_retrace.osworld.setup import config_problems
 
 TOP_VALUES = 5  # values named per reason in the summary
 # A drive letter: OSWorld's Windows tasks name C:\... paths, which no path on this (Linux) guest resembles.
 _WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
-# convert_config says so for a URL it did not find in the cache (osworld_setup._cached_file).
-_NOT_CACHED = re.compile(r"\.url: (\S+) (?:would be downloaded|is not in the OSWorld cache)")
-_NOT_HERE = re.compile(r"\.(?:local_path|url): (.+?) (?:does not exist|is not a regular file) here")  # _local_file
 
 
 class Problem(NamedTuple):
@@ -51,14 +55,22 @@ class TaskCheck:
     domain: str
     file: Path
     problems: list[Problem] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)  # apps and programs, read when it is supported
+    lacking: list[str] = field(default_factory=list)  # those the provider does not have
+    provider: str = "xvfb"
 
     @property
     def supported(self) -> bool:
         return not self.problems
 
+    @property
+    def runnable(self) -> bool:
+        return self.supported and not self.lacking
+
     def line(self) -> str:
         if self.supported:
-            return f"ok  {self.domain}/{self.id}"
+            lacks = f": not runnable on {self.provider} here, it lacks {', '.join(self.lacking)}" if self.lacking else ""
+            return f"ok  {self.domain}/{self.id}{lacks}"
         # one part per reason, in first-seen order, its values after it; a value repeated shows once, counted
         by_reason: dict[str, Counter[str]] = {}
         for p in self.problems:
@@ -70,7 +82,8 @@ class TaskCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "domain": self.domain, "file": str(self.file), "supported": self.supported,
-                "reasons": [{"reason": p.reason, "detail": p.detail} for p in self.problems]}
+                "reasons": [{"reason": p.reason, "detail": p.detail} for p in self.problems],
+                "provider": self.provider, "runnable": self.runnable, "needs": self.needs, "lacking": self.lacking}
 
 
 # --- reading ----------------------------------------------------------------------------------------
@@ -87,6 +100,12 @@ def _read_json(path: Path) -> Any | Problem:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         return Problem("not JSON", f"line {exc.lineno} column {exc.colno}: {exc.msg}")
+
+
+def read_task(path: Path) -> Any:
+    """A task file's JSON (UTF-8, a BOM allowed), or None when it cannot be read as such."""
+    data = _read_json(path) if path.is_file() else None
+    return None if isinstance(data, Problem) else data
 
 
 def is_task(data: Any) -> bool:
@@ -133,12 +152,19 @@ def collect(paths: list[Path], examples: Path | None = None) -> Inputs:
 
 # --- checking ---------------------------------------------------------------------------------------
 
+# No cache given: looked up as in an empty one (nothing below /dev/null is a file), so every cloud file and
+# download a task needs is named, as desktop-env's checks name them for a cache that lacks them.
+NO_CACHE = Path(os.devnull)
+
 
 def check_task(path: Path, domain: str | None = None, task_id: str | None = None,
-               cache_dir: Path | None = None) -> TaskCheck:
-    """Every reason the task in ``path`` cannot be reproduced here (none: it can — its setup converts to our
-    steps, the files it uploads are here, its evaluator maps onto ours). ``cache_dir``: OSWorld's file cache."""
-    check = TaskCheck(task_id or path.stem, domain if domain is not None else path.parent.name, path)
+               cache_dir: Path | None = None, provider: Provider = "xvfb") -> TaskCheck:
+    """Every reason the task in ``path`` cannot be reproduced here, as OSWorld's own code finds them
+    (osworld/setup.py ``config_problems``, osworld/evaluate.py ``evaluator_problems``, with the task's cache
+    ``cache_dir/<id>/``), and the file's own problems (not UTF-8 or JSON, Windows paths). None: the harness
+    supports it; then the apps it needs that ``provider`` lacks."""
+    check = TaskCheck(task_id or path.stem, domain if domain is not None else path.parent.name, path,
+                      provider=provider)
     if not path.is_file():
         check.problems.append(Problem("task file not found", str(path)))
         return check
@@ -152,9 +178,25 @@ def check_task(path: Path, domain: str | None = None, task_id: str | None = None
     check.id = str(data.get("id") or check.id)
     if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
         check.problems.append(Problem("no instruction"))
-    check.problems += config_problems(data.get("config", []), check.id, cache_dir)
-    check.problems += evaluator_problems(data.get("evaluator"))
+    check.problems += task_problems(data, check.id, cache_dir)
+    if check.supported:
+        check.needs = needs(data)
+        check.lacking = lacking(provider, check.needs)
     return check
+
+
+def task_problems(data: dict[str, Any], task_id: str, cache_dir: Path | None) -> list[Problem]:
+    """A task definition's problems, its config's first."""
+    config = data.get("config", [])
+    evaluator = data.get("evaluator")
+    problems = _windows_paths(config) + [Problem(*pair) for pair in config_problems(config, cache_dir, task_id)]
+    if evaluator is None:
+        problems.append(Problem("no evaluator"))
+    else:
+        task_cache = cache_dir / task_id if cache_dir is not None else NO_CACHE
+        problems += _windows_paths(_getters(evaluator))
+        problems += [Problem(*pair) for pair in evaluator_problems(evaluator, task_cache)]
+    return problems
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -168,66 +210,16 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+def _getters(evaluator: Any) -> list[Any]:
+    if not isinstance(evaluator, dict):
+        return []
+    return [evaluator.get("result"), evaluator.get("expected"), evaluator.get("postconfig")]
+
+
 def _windows_paths(value: Any) -> list[Problem]:
+    """A C:\\... path names a file of a Windows guest; the desktops here are Linux (OSWorld's check would only
+    fail later, on a request for a path that cannot exist)."""
     return [Problem("windows path", s) for s in _strings(value) if _WINDOWS_PATH.match(s)]
-
-
-def config_problems(config: Any, task_id: str, cache_dir: Path | None) -> list[Problem]:
-    """A problem per setup step we cannot do (osworld_setup.convert_config says why), and per Windows path."""
-    if not isinstance(config, list):
-        return [Problem("config not a list", type(config).__name__)]
-    problems = []
-    for i, step in enumerate(config):
-        problems += _windows_paths(step.get("parameters") if isinstance(step, dict) else None)
-        for kind, message in convert_config([step], task_id=task_id, cache_dir=cache_dir)[1]:
-            message = message.replace("config step 0", f"config step {i}", 1)
-            if message == f"config step type {kind} not supported":
-                problems.append(Problem("unsupported config step", kind))
-            elif found := _NOT_CACHED.search(message):
-                problems.append(Problem("cloud file not in cache", found.group(1)))
-            elif found := _NOT_HERE.search(message):
-                problems.append(Problem("local file not found", found.group(1)))
-            else:
-                # "bad config step 3 (execute): 'until' ... is not supported"
-                problems.append(Problem("bad config step", message.removeprefix("config step ")))
-    return problems
-
-
-def evaluator_problems(evaluator: Any) -> list[Problem]:
-    """Every unknown metric and getter, every postconfig step and Windows path; else what our validation of
-    the evaluator says (a problem it would find once the names were known is not guessed at)."""
-    if evaluator is None:
-        return [Problem("no evaluator")]
-    problems = list(_block_problems(evaluator))
-    if not any(p.reason in ("unknown metric", "unknown getter") for p in problems):
-        try:
-            validate_evaluator(evaluator, where="evaluator")
-        except EvaluatorError as exc:
-            problems.append(Problem("invalid evaluator", str(exc)))
-    post = evaluator.get("postconfig") if isinstance(evaluator, dict) else None
-    for step in post if isinstance(post, list) else []:
-        problems.append(Problem("postconfig", str(step.get("type")) if isinstance(step, dict) else repr(step)))
-    return problems
-
-
-def _block_problems(block: Any) -> Iterator[Problem]:
-    if not isinstance(block, dict):
-        return
-    for nested in block.get("checks") or []:
-        yield from _block_problems(nested)
-    funcs = block.get("func")
-    for func in funcs if isinstance(funcs, list) else [funcs] if funcs is not None else []:
-        if isinstance(func, str) and func not in METRICS:
-            yield Problem("unknown metric", func)
-    for side in ("result", "expected"):
-        getters = block.get(side)
-        for getter in getters if isinstance(getters, list) else [getters]:
-            if not isinstance(getter, dict):
-                continue
-            kind = getter.get("type")
-            if isinstance(kind, str) and kind not in GETTERS:
-                yield Problem("unknown getter", kind)
-            yield from _windows_paths(getter)
 
 
 # --- the report -------------------------------------------------------------------------------------
@@ -251,13 +243,23 @@ def summary_lines(checks: list[TaskCheck]) -> list[str]:
     return lines
 
 
+def runnable_line(checks: list[TaskCheck], provider: str) -> str:
+    """How many supported tasks the provider can run, and the apps the others need (most tasks first)."""
+    supported = [c for c in checks if c.supported]
+    blocked = [c for c in supported if c.lacking]
+    apps = Counter(app for c in blocked for app in c.lacking)
+    common = ", ".join(f"{app} {n}" for app, n in sorted(apps.items(), key=lambda item: (-item[1], item[0])))
+    return (f"of the {len(supported)} supported, {len(supported) - len(blocked)} runnable on {provider} here"
+            + (f" ({len(blocked)} need an app: {common})" if blocked else ""))
+
+
 def report(paths: list[Path], out: TextIO, *, examples: Path | None = None, cache_dir: Path | None = None,
-           as_json: bool = False, verbose: bool = False) -> int:
+           as_json: bool = False, verbose: bool = False, provider: Provider = "xvfb") -> int:
     """Print the check of every task found; 0 when all are supported, 1 when some are not, 2 when none found."""
     found = collect(paths, examples)
     if not found.tasks:
         return 2
-    checks = [check_task(file, domain, task_id, cache_dir) for file, domain, task_id in found.tasks]
+    checks = [check_task(file, domain, task_id, cache_dir, provider) for file, domain, task_id in found.tasks]
     bad = sum(not c.supported for c in checks)
     if as_json:
         for check in checks:
@@ -271,13 +273,15 @@ def report(paths: list[Path], out: TextIO, *, examples: Path | None = None, cach
     for line in summary_lines(checks):
         print(line, file=out)
     reasons = {p.reason for c in checks for p in c.problems}
+    known = package.index()
     if verbose or "unknown metric" in reasons:
-        print(f"known metrics: {', '.join(sorted(METRICS))}", file=out)
+        print(f"desktop-env's metrics: {', '.join(sorted(known['metric']))}", file=out)
     if verbose or "unknown getter" in reasons:
-        print(f"known getters: {', '.join(sorted(GETTERS))}", file=out)
+        print(f"desktop-env's getters: {', '.join(sorted(known['getter']))}", file=out)
+    print(runnable_line(checks, provider), file=out)
     print(f"{len(checks) - bad} supported, {bad} not supported (of {len(checks)})", file=out)
     return 1 if bad else 0
 
 
-__all__ = ["Inputs", "Problem", "TaskCheck", "check_task", "collect", "config_problems", "evaluator_problems",
-           "is_task", "is_task_list", "report", "summary_lines"]
+__all__ = ["NO_CACHE", "Inputs", "Problem", "TaskCheck", "check_task", "collect", "is_task", "is_task_list",
+           "read_task", "report", "runnable_line", "summary_lines", "task_problems"]

@@ -1,6 +1,7 @@
-"""An OSWorld task definition as a :class:`Task`: finding its JSON, converting it (setup through
-dataset/osworld_setup.py, the evaluator checked against ours), the evaluator problem ``build_task`` reports
-(``retrace osworld check``, dataset/osworld_check.py, lists every problem)."""
+"""An OSWorld task definition as a :class:`Task` whose Φ is OSWorld's own: finding its JSON, and
+``build_task``, which keeps its config and evaluator verbatim in ``Task.osworld`` (replay/osworld_task.py) with the
+files its cache holds for it, for desktop-env's SetupController and metrics to run (replay/judge.py). A task the
+harness cannot run that way is refused with its first problem (``retrace osworld check`` lists them all)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_retrace.dataset.osworld_setup import convert_config
-from pytest_retrace.evaluators import EvaluatorError, validate_evaluator
+from pytest_retrace.dataset.osworld_cache import cache_files
+from pytest_retrace.dataset.osworld_check import task_problems
 from pytest_retrace.replay.cases import Task
 
-#: What a kept-but-unsupported evaluator is replaced by: a check that is well-formed and never passes.
-PLACEHOLDER_EVALUATOR: dict[str, Any] = {
-    "func": "exact_match",
-    "result": {"type": "rule", "rules": "unsupported"},
-    "expected": {"type": "rule", "rules": "osworld"},
-}
 TASK_SIBLINGS = ("task.json", "example.json")  # forks that store the task next to traj.jsonl
 
 
@@ -34,7 +29,7 @@ def task_definition(
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as `osworld check` allows
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             return f"invalid task definition {path}: {exc}"
         if not isinstance(data, dict):
@@ -47,55 +42,37 @@ def task_definition(
     return f"task definition not found: {examples_dir / domain / f'{task_id}.json'}"
 
 
-def build_task(
-    data: dict[str, Any], domain: str, task_id: str, keep_unsupported: bool, cache_dir: Path | None
-) -> tuple[Task, dict[str, Any]] | str:
+def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path | None) -> Task | str:
+    """The task with OSWorld's config and evaluator as they are, and ``osworld.cache``: each file its downloads
+    and cloud_file getters take from ``cache_dir/<id>/``, by its name there -> its absolute path (the case
+    writer copies it into the case). Or why not: the first problem ``retrace osworld check`` would name."""
     instruction = data.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         return "task definition has no instruction"
-    config = data.get("config") or []
-    if not isinstance(config, list):
-        return f"task definition: config must be a list, got {type(config).__name__}"
     task_id = str(data.get("id") or task_id)
-    setup, unsupported = convert_config(config, task_id=task_id, cache_dir=cache_dir)
-    if unsupported and not keep_unsupported:
-        return unsupported[0][1]
-    evaluator = data.get("evaluator")
-    problem = evaluator_problem(evaluator)
-    if problem is not None and not keep_unsupported:
-        return f"evaluator not supported here: {problem}"
-    meta: dict[str, Any] = {
-        "evaluator_supported": problem is None,
-        "unsupported_config": [kind for kind, _ in unsupported],
-    }
-    if problem is not None:
-        meta["unsupported_evaluator"] = problem
+    config = data.get("config", [])
+    problems = task_problems(data, task_id, cache_dir)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more problem(s): retrace osworld check names them)" if len(problems) > 1 else ""
+        return f"not supported here: {first.reason}: {first.detail}{more}"
+    # OSWorld's upload_file reads a file of the machine running it; the config is kept verbatim, so the case
+    # would depend on that path and not on its own files
+    local = next((f["local_path"] for s in config if s.get("type") == "upload_file"
+                  for f in s["parameters"]["files"]), None)
+    if local is not None:
+        return f"not supported here: upload_file reads {local} from this machine, and a built case carries its own files"
+    assert cache_dir is not None or not cache_files(data)  # task_problems named every cache file otherwise
+    cache = {f.name: str((cache_dir / task_id / f.name).absolute()) for f in cache_files(data)} if cache_dir else {}
     try:
-        task = Task.model_validate({
+        return Task.model_validate({
             "id": task_id, "instruction": instruction, "domain": domain,
-            "setup": setup, "evaluator": evaluator if problem is None else PLACEHOLDER_EVALUATOR,
+            "osworld": {"id": task_id, "config": config, "evaluator": data["evaluator"], "cache": cache},
         })
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         return f"invalid task definition: {where}: {str(err['msg']).removeprefix('Value error, ')}"
-    return task, meta
 
 
-def evaluator_problem(evaluator: Any) -> str | None:
-    """Why an OSWorld evaluator cannot be checked here, or None if it can."""
-    if evaluator is None:
-        return "the task definition has no evaluator"
-    try:
-        validate_evaluator(evaluator, where="evaluator")
-    except EvaluatorError as exc:
-        return str(exc)
-    post = evaluator.get("postconfig") if isinstance(evaluator, dict) else None
-    if post:
-        kinds = ", ".join(sorted({str(p.get("type")) if isinstance(p, dict) else "?" for p in post}))
-        return (f"evaluator.postconfig: {len(post)} post-configuration step(s) ({kinds}) would not be run "
-                "before the evaluator")
-    return None
-
-
-__all__ = ["PLACEHOLDER_EVALUATOR", "TASK_SIBLINGS", "build_task", "evaluator_problem", "task_definition"]
+__all__ = ["TASK_SIBLINGS", "build_task", "task_definition"]

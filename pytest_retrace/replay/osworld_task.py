@@ -40,12 +40,11 @@ class OSWorldTask(BaseModel):
     @field_validator("config")
     @classmethod
     def _check_config(cls, config: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from pytest_retrace.osworld.setup import validate_config  # desktop-env is read only for OSWorld cases
+        from pytest_retrace.osworld.setup import problems_of  # desktop-env is read only for OSWorld cases
 
-        try:
-            validate_config(config, "config")
-        except ValueError as exc:  # pydantic names the field; the message keeps the step
-            raise ValueError(str(exc)) from None
+        # its downloads come from `cache` (the case's files), so this machine's OSWorld cache is not looked in
+        for problem in problems_of(config, "config", None, check_files=False):
+            raise ValueError(str(problem.error()))  # pydantic names the field; the message keeps the step
         return config
 
     @field_validator("evaluator")

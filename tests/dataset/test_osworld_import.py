@@ -11,15 +11,14 @@ from PIL import Image
 
 from pytest_retrace.actions import Action
 from pytest_retrace.dataset.osworld import import_osworld
-from pytest_retrace.dataset.osworld_setup import convert_config
-from pytest_retrace.dataset.osworld_task import PLACEHOLDER_EVALUATOR
 from pytest_retrace.dataset.trajectory import Trajectory
+from pytest_retrace.osworld.setup import cached
 
 MODEL_DIR = ("pyautogui", "screenshot", "claude-sonnet-4-6")
-EVALUATOR = {
-    "func": "compare_text_file",
-    "result": {"type": "vm_file", "path": "~/a.txt"},
-    "expected": {"type": "rule", "rules": {"text": "x"}},
+EVALUATOR = {  # OSWorld's own metric and getters (desktop-env)
+    "func": "exact_match",
+    "result": {"type": "vm_command_line", "command": "cat ~/a.txt"},
+    "expected": {"type": "rule", "rules": {"expected": "x"}},
 }
 CONFIG = [{"type": "launch", "parameters": {"command": ["mousepad"]}}]
 GOOD = ["pyautogui.click(100, 200)", "import pyautogui\npyautogui.write('x')", "WAIT",
@@ -105,15 +104,16 @@ def test_successful_run_is_imported(dirs: tuple[Path, Path]) -> None:
         Action("hotkey", keys=("ctrl", "s")),
     ]
     assert traj.task.id == "t1" and traj.task.domain == "os" and traj.task.instruction == "Write x into a.txt"
-    assert traj.task.evaluator == EVALUATOR
-    assert [s.model_dump() for s in traj.task.setup] == [
-        {"type": "launch", "command": ["mousepad"], "window": None, "timeout": 30.0}]
+    # OSWorld's config and evaluator, verbatim, for desktop-env to run; none of the harness's own steps
+    assert traj.task.evaluator is None and traj.task.setup == []
+    assert traj.task.osworld is not None and traj.task.osworld.id == "t1"
+    assert traj.task.osworld.config == CONFIG and traj.task.osworld.evaluator == EVALUATOR
+    assert traj.task.osworld.cache == {}
     assert traj.steps[0].rationale == "thinking about step 1"
     meta = traj.metadata
     assert meta["model"] == "claude-sonnet-4-6" and meta["observation_type"] == "screenshot"
     assert meta["action_space"] == "pyautogui" and meta["domain"] == "os" and meta["task_id"] == "t1"
     assert meta["score"] == 1.0 and meta["n_steps"] == 4
-    assert meta["evaluator_supported"] is True and meta["unsupported_config"] == []
     assert meta["osworld_task"]["instruction"] == "Write x into a.txt"
     # round trip through the pipeline's JSON form
     assert Trajectory.from_json(json.loads(json.dumps(traj.to_json()))).actions == traj.actions
@@ -281,86 +281,57 @@ OSWORLD_EVALUATOR = {
 def test_unsupported_evaluator_is_dropped(dirs: tuple[Path, Path]) -> None:
     results, examples = dirs
     write_run(results, "libreoffice_calc", "t1", GOOD)
+    write_example(examples, "libreoffice_calc", "t1", evaluator={**EVALUATOR, "func": "compare_tables"})
+    assert one_drop(results, examples) == "not supported here: unknown metric: compare_tables"
     write_example(examples, "libreoffice_calc", "t1", evaluator=OSWORLD_EVALUATOR)
-    reason = one_drop(results, examples)
-    assert reason.startswith("evaluator not supported here: evaluator"), reason
-    assert "compare_table" in reason
+    reason = one_drop(results, examples)  # its gold file is not in any cache
+    assert reason == "not supported here: cloud file not in cache: a_gold.xlsx", reason
 
 
-def test_unsupported_evaluator_is_kept_with_keep_unsupported(dirs: tuple[Path, Path]) -> None:
+def test_a_task_with_its_cache_becomes_an_osworld_case_task(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A results dir as OSWorld writes it, its task downloading a file and judged against a cloud file: the
+    trajectory's task holds OSWorld's config and evaluator as they are, and the cache's files by their names."""
     results, examples = dirs
+    url = "https://example.invalid/start/a.xlsx"
+    config = [{"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/a.xlsx"}]}},
+              {"type": "open", "parameters": {"path": "/home/user/a.xlsx"}}]
+    post = [{"type": "activate_window", "parameters": {"window_name": "a.xlsx - LibreOffice Calc", "strict": True}}]
+    evaluator = {**OSWORLD_EVALUATOR, "postconfig": post}
     write_run(results, "libreoffice_calc", "t1", GOOD)
-    write_example(examples, "libreoffice_calc", "t1", evaluator=OSWORLD_EVALUATOR)
-    [traj], dropped = import_osworld(results, examples, keep_unsupported=True)
+    write_example(examples, "libreoffice_calc", "t1", config=config, evaluator=evaluator)
+    cache = tmp_path / "cache"
+    (cache / "t1").mkdir(parents=True)
+    (cache / "t1" / "a_gold.xlsx").write_bytes(b"gold")
+    assert one_drop(results, examples, cache_dir=cache) == f"not supported here: cloud file not in cache: {url}"
+    start = cached(cache / "t1", url, "/home/user/a.xlsx")  # where SetupController looks before downloading
+    start.write_bytes(b"start")
+    [traj], dropped = import_osworld(results, examples, cache_dir=cache)
     assert dropped == []
-    assert traj.task.evaluator == PLACEHOLDER_EVALUATOR
-    assert traj.metadata["evaluator_supported"] is False
-    assert "compare_table" in traj.metadata["unsupported_evaluator"]
-    assert traj.metadata["osworld_task"]["evaluator"] == OSWORLD_EVALUATOR  # the original, as is
+    osworld = traj.task.osworld
+    assert osworld is not None and osworld.config == config and osworld.evaluator == evaluator
+    assert osworld.cache == {start.name: str(start.absolute()), "a_gold.xlsx": str(cache / "t1" / "a_gold.xlsx")}
+    assert {Path(f).read_bytes() for f in osworld.cache.values()} == {b"start", b"gold"}
+    assert traj.metadata["osworld_task"]["evaluator"] == evaluator
+    # the pipeline's JSON form keeps it
+    assert Trajectory.from_json(json.loads(json.dumps(traj.to_json()))).task.osworld == osworld
 
 
-def test_evaluator_with_postconfig_is_unsupported(dirs: tuple[Path, Path]) -> None:
-    # the environment never runs OSWorld's postconfig steps, so such an evaluator would judge the wrong state
+def test_postconfig_runs_now_and_a_google_account_or_a_host_file_is_refused(dirs: tuple[Path, Path],
+                                                                           tmp_path: Path) -> None:
     results, examples = dirs
     write_run(results, "os", "t1", GOOD)
     post = {**EVALUATOR, "postconfig": [{"type": "activate_window", "parameters": {"window_name": "a.txt"}}]}
     write_example(examples, "os", "t1", evaluator=post)
-    reason = one_drop(results, examples)
-    assert reason.startswith("evaluator not supported here: evaluator.postconfig")
-    assert "activate_window" in reason
-    write_example(examples, "os", "t1", evaluator={**EVALUATOR, "postconfig": []})
-    [traj], _ = import_osworld(results, examples)
-    assert traj.metadata["evaluator_supported"] is True
-
-
-def test_unsupported_config_is_dropped_or_skipped(dirs: tuple[Path, Path]) -> None:
-    results, examples = dirs
-    write_run(results, "os", "t1", GOOD)
-    tabs = {"urls_to_open": ["https://example.invalid/a"]}
-    config = [{"type": "chrome_open_tabs", "parameters": tabs},
-              {"type": "launch", "parameters": {"command": ["mousepad"]}}]
-    write_example(examples, "os", "t1", config=config)
-    assert one_drop(results, examples) == "config step type chrome_open_tabs not supported"
-    [traj], _ = import_osworld(results, examples, keep_unsupported=True)
-    assert traj.metadata["unsupported_config"] == ["chrome_open_tabs"]
-    assert [s.type for s in traj.task.setup] == ["launch"]
-    assert traj.metadata["evaluator_supported"] is True
-
-
-def test_config_conversion() -> None:
-    steps, unsupported = convert_config([
-        {"type": "launch", "parameters": {"command": ["gedit", "~/a b.txt"]}},
-        {"type": "launch", "parameters": {"command": "nautilus ~ &", "shell": True}},
-        {"type": "execute", "parameters": {"command": ["python3", "-c", "print(1)"]}},
-        {"type": "command", "parameters": {"command": ["touch", "~/a b.txt"]}},
-        {"type": "execute", "parameters": {"command": "rm -f ~/x; echo ok", "shell": True}},
-        {"type": "sleep", "parameters": {"seconds": 2}},
-        {"type": "open", "parameters": {"path": "/home/user/a.docx"}},
-        {"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://example.invalid"]}},
-        {"type": "launch", "parameters": {}},
-    ])
-    assert steps == [
-        {"type": "launch", "command": ["gedit", "~/a b.txt"]},
-        {"type": "launch", "command": ["sh", "-c", "nautilus ~ &"]},
-        {"type": "command", "command": "{ python3 -c 'print(1)'\n} || true", "timeout": 120.0},
-        {"type": "command", "command": "{ touch ~/'a b.txt'\n} || true", "timeout": 120.0},
-        {"type": "command", "command": "{ rm -f ~/x; echo ok\n} || true", "timeout": 120.0},
-        {"type": "launch", "command": ["xdg-open", "/home/user/a.docx"]},
-    ]
-    assert [kind for kind, _ in unsupported] == ["chrome_open_tabs", "launch"]
-    assert unsupported[1][1].startswith("config step 8 (launch): command must be")
-
-
-def test_converted_commands_run_in_a_shell(tmp_path: Path) -> None:
-    import subprocess
-
-    steps, _ = convert_config([{"type": "command", "parameters": {"command": ["touch", "~/a b.txt"]}},
-                               {"type": "execute", "parameters": {"command": "false"}}])
-    for step in steps:
-        res = subprocess.run(["/bin/sh", "-c", step["command"]], check=False,
-                             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
-        assert res.returncode == 0  # OSWorld ignores a setup command's exit status
-    assert (tmp_path / "a b.txt").is_file()
+    [traj], _ = import_osworld(results, examples)  # desktop-env's SetupController runs it before the metric
+    assert traj.task.osworld is not None and traj.task.osworld.evaluator == post
+    write_example(examples, "os", "t1", config=[{"type": "login", "parameters": {}}, *CONFIG])
+    assert one_drop(results, examples) == "not supported here: needs a Google account: login"
+    local = tmp_path / "notes.txt"
+    local.write_text("notes")
+    upload = {"type": "upload_file", "parameters": {"files": [{"local_path": str(local), "path": "~/n.txt"}]}}
+    write_example(examples, "os", "t1", config=[upload])
+    assert one_drop(results, examples) == (f"not supported here: upload_file reads {local} from this machine, and "
+                                           "a built case carries its own files")
 
 
 def test_missing_task_definition_is_dropped(dirs: tuple[Path, Path]) -> None:
