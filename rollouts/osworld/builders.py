@@ -1,17 +1,28 @@
 """The bytes of every file the OSWorld-format tasks use, per task (its slug in gen_tasks.py) and file name:
 the files a task downloads and the gold files its evaluator compares with. Built with the libraries OSWorld's
-metrics read them with (openpyxl, python-docx, python-pptx, Pillow), every date fixed."""
+metrics read them with (openpyxl, python-docx, python-pptx, Pillow); a gold deck is converted by LibreOffice
+itself (headless), as the app under test saves it, so that compare_pptx_files compares the edit and not two
+writers' defaults. make_files.py fixes the dates of every zip-based file."""
 
 from __future__ import annotations
 
 import datetime
 import io
+import subprocess
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
+import docx
 import openpyxl
+import pptx
 
 FIXED = datetime.datetime(2024, 1, 1)
 Builder = Callable[[], bytes]
+
+
+def text(body: str) -> Builder:
+    return lambda: body.encode()
 
 
 def xlsx(rows: list[list[object]], sheet: str = "Sheet1") -> Builder:
@@ -29,8 +40,77 @@ def xlsx(rows: list[list[object]], sheet: str = "Sheet1") -> Builder:
     return build
 
 
+def docx_file(paragraphs: list[str]) -> Builder:
+    def build() -> bytes:
+        document = docx.Document()
+        for paragraph in paragraphs:
+            document.add_paragraph(paragraph)
+        document.core_properties.created = document.core_properties.modified = FIXED
+        document.core_properties.author = "pytest-retrace"
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+    return build
+
+
+def pptx_file(slides: list[tuple[str, list[str]]], by_libreoffice: bool = False) -> Builder:
+    """A deck of (title, bullets) slides: the first a title slide, its bullets the subtitle; with
+    ``by_libreoffice`` converted by LibreOffice headless (pptx -> pptx), as Impress writes it."""
+    def build() -> bytes:
+        deck = pptx.Presentation()
+        for i, (title, bullets) in enumerate(slides):
+            slide = deck.slides.add_slide(deck.slide_layouts[0 if i == 0 else 1])
+            slide.shapes.title.text = title
+            body = slide.placeholders[1].text_frame
+            body.text = bullets[0] if bullets else ""
+            for bullet in bullets[1:]:
+                body.add_paragraph().text = bullet
+        deck.core_properties.created = deck.core_properties.modified = FIXED
+        deck.core_properties.author = "pytest-retrace"
+        out = io.BytesIO()
+        deck.save(out)
+        return libreoffice(out.getvalue(), "pptx", "Impress Office Open XML") if by_libreoffice else out.getvalue()
+    return build
+
+
+def libreoffice(data: bytes, ext: str, filter_name: str) -> bytes:
+    """``data`` (a .<ext> file) opened and saved again by LibreOffice headless with ``filter_name``, in a
+    profile of its own so that a running LibreOffice is not disturbed."""
+    with tempfile.TemporaryDirectory(prefix="retrace-osworld-") as tmp:
+        src = Path(tmp) / "in" / f"file.{ext}"
+        src.parent.mkdir()
+        src.write_bytes(data)
+        subprocess.run(["soffice", f"-env:UserInstallation=file://{tmp}/profile", "--headless", "--norestore",
+                        "--convert-to", f"{ext}:{filter_name}", "--outdir", f"{tmp}/out", str(src)],
+                       check=True, capture_output=True, timeout=180)
+        return (Path(tmp) / "out" / f"file.{ext}").read_bytes()
+
+
 SALES = [["Item", "Qty"], ["apple", 3], ["pear", 5], ["plum", 9]]
+PRICES = [["Item", "Qty"], ["apple", 1.2], ["pear", 0.8], ["plum", 2.5]]
+REVIEW = [("Quarterly review", ["Sales and plans"]), ("Numbers", ["Revenue up", "Costs flat"])]
+PLAN = [("Plan 2025", ["Team offsite"]), ("Goals", ["Ship the app", "Hire two people"]),
+        ("Old ideas", ["A blimp", "A second office"])]
+MEMO = ["Team memo", "The review is on Tuesday at ten.", "Lunch follows, as every Tuesday.", "Thanks, Ana"]
+AGENDA = ["Agenda", "Lunch at noon in the garden.", "Budget review.", "Next steps."]
+NOTES = ["Meeting notes", "Agenda: budget review.", "Date: 4 June."]
 
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
+    "calc-double": {"stock.xlsx": xlsx(SALES),
+                    "stock_gold.xlsx": xlsx([r + [c] for r, c in zip(SALES, ["Double", 6, 10, 18])])},
+    "calc-delete-row": {"fruit.xlsx": xlsx(SALES), "fruit_gold.xlsx": xlsx(SALES[:2] + SALES[3:])},
+    "calc-headers": {"prices.xlsx": xlsx(PRICES), "prices_gold.xlsx": xlsx([["Fruit", "Price"]] + PRICES[1:])},
+    "writer-append": {"notes.docx": docx_file(NOTES), "notes_gold.docx": docx_file(NOTES + ["Bring the slides."])},
+    "writer-delete-line": {"agenda.docx": docx_file(AGENDA),
+                           "agenda_gold.docx": docx_file(AGENDA[:1] + AGENDA[2:])},
+    "writer-replace": {"memo.docx": docx_file(MEMO),
+                       "memo_gold.docx": docx_file([p.replace("Tuesday", "Thursday") for p in MEMO])},
+    "impress-title": {"review.pptx": pptx_file(REVIEW),
+                      "review_gold.pptx": pptx_file([("Annual review", REVIEW[0][1])] + REVIEW[1:], True)},
+    "impress-delete-slide": {"plan.pptx": pptx_file(PLAN), "plan_gold.pptx": pptx_file(PLAN[:2], True)},
+    "os-archive-logs": {"a.log": text("boot ok\n"), "b.log": text("disk full\n"), "keep.txt": text("keep me\n")},
+    "os-permissions": {"backup.sh": text("#!/bin/sh\ntar czf ~/backup.tgz ~/notes\n"),
+                       "backup.sh.bak": text("#!/bin/sh\ntar czf backup.tgz notes\n")},
+    "os-rename-photos": {"beach.jpeg": text("not really a jpeg\n"), "hill.jpeg": text("nor this one\n")},
 }

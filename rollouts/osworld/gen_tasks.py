@@ -65,6 +65,99 @@ calc("calc-total", "sales.xlsx",
      [cell("A5"), "pyautogui.write('Total\\t')",
       "pyautogui.write('=SUM(B2:B4)\\n')"])
 
+calc("calc-double", "stock.xlsx",
+     "In the open workbook, add a column C headed Double whose rows hold twice the Qty of their row, as formulas.",
+     [cell("C1"), "pyautogui.write('Double\\n')", "pyautogui.write('=B2*2\\n')", "pyautogui.write('=B3*2\\n')",
+      "pyautogui.write('=B4*2\\n')"])
+calc("calc-delete-row", "fruit.xlsx",
+     "Delete the row of pear from the open workbook, so that no empty row is left.",
+     [cell("A3"), "pyautogui.hotkey('shift', 'space')", "pyautogui.hotkey('ctrl', '-')"])
+calc("calc-headers", "prices.xlsx",
+     "Rename the headers of the open workbook: Item becomes Fruit and Qty becomes Price.",
+     [cell("A1"), "pyautogui.write('Fruit\\t')", "pyautogui.write('Price\\n')"])
+
+
+# --- libreoffice_writer: compare_docx_files on the saved document against a gold document -------------------
+
+WRITER = "libreoffice_writer"
+
+
+def writer(slug: str, name: str, instruction: str, actions: list[str]) -> None:
+    path = f"{HOME}/{name}"
+    window = f"{name} - LibreOffice Writer"
+    add(Def(WRITER, slug, task(
+        slug, WRITER, instruction, [download(WRITER, slug, name), open_file(path)], ["libreoffice writer"],
+        {"postconfig": save_postconfig(window), "func": "compare_docx_files", "result": vm_file(path),
+         "expected": cloud_file(WRITER, slug, name.replace(".docx", "_gold.docx"))}), window, actions))
+
+
+writer("writer-append", "notes.docx",
+       "Add a last paragraph to the open document that says: Bring the slides.",
+       ["pyautogui.hotkey('ctrl', 'end')", "pyautogui.press('enter')", "pyautogui.write('Bring the slides.')"])
+writer("writer-delete-line", "agenda.docx",
+       "Delete the paragraph about lunch from the open document, leaving no empty paragraph behind.",
+       ["pyautogui.hotkey('ctrl', 'home')", "pyautogui.press('down')", "pyautogui.hotkey('shift', 'down')",
+        "pyautogui.press('delete')"])
+writer("writer-replace", "memo.docx",
+       "In the open document, replace every Tuesday with Thursday.",
+       ["pyautogui.hotkey('ctrl', 'h')", "pyautogui.write('Tuesday')", "pyautogui.click(665, 316)",
+        "pyautogui.write('Thursday')", "pyautogui.click(905, 371)", "pyautogui.click(933, 638)"])
+
+
+# --- libreoffice_impress: compare_pptx_files on the saved deck against a gold deck ---------------------------
+
+IMPRESS = "libreoffice_impress"
+
+
+def impress(slug: str, name: str, instruction: str, actions: list[str]) -> None:
+    path = f"{HOME}/{name}"
+    window = f"{name} - LibreOffice Impress"
+    add(Def(IMPRESS, slug, task(
+        slug, IMPRESS, instruction, [download(IMPRESS, slug, name), open_file(path)], ["libreoffice impress"],
+        {"postconfig": save_postconfig(window), "func": "compare_pptx_files", "result": vm_file(path),
+         "expected": cloud_file(IMPRESS, slug, name.replace(".pptx", "_gold.pptx"))}), window, actions))
+
+
+impress("impress-title", "review.pptx",
+        "Change the title of the first slide of the open presentation to Annual review.",
+        ["pyautogui.click(530, 401)", "pyautogui.hotkey('ctrl', 'a')", "pyautogui.write('Annual review')",
+         "pyautogui.press('escape')"])
+impress("impress-delete-slide", "plan.pptx",
+        "Delete the last slide (Old ideas) of the open presentation.",
+        ["pyautogui.click(100, 451)", "pyautogui.press('delete')"])
+
+
+# --- os: a terminal, judged by a command's output (vm_command_line) ------------------------------------------
+
+OS = "os"
+XTERM = ["xterm", "-fa", "DejaVu Sans Mono", "-fs", "11", "-bg", "white", "-fg", "black"]
+
+
+def terminal(slug: str, files: list[str], instruction: str, command: str, expected: str, actions: list[str],
+             into: str = HOME) -> None:
+    config = [download(OS, slug, *files, into=into)] if files else []
+    add(Def(OS, slug, task(
+        slug, OS, instruction, config + [launch(XTERM), sleep(1)], ["os", "terminal"],
+        {"func": "exact_match", "result": command_line(command), "expected": rule(expected=expected)}),
+        "^xterm$", actions, settle=0.5))
+
+
+terminal("os-archive-logs", ["a.log", "b.log", "keep.txt"],
+         "Create the folder ~/archive and move every .log file of ~/logs into it; leave the other files where they are.",
+         "cd ~ && find archive logs -type f | sort", "archive/a.log\narchive/b.log\nlogs/keep.txt\n",
+         ["pyautogui.write('mkdir ~/archive\\n')", "pyautogui.write('mv ~/logs/*.log ~/archive/\\n')"],
+         into=f"{HOME}/logs")
+terminal("os-permissions", ["backup.sh", "backup.sh.bak"],
+         "Make ~/backup.sh executable by its owner only (rwx for the owner, nothing for anyone else), and delete "
+         "its old copy ~/backup.sh.bak.",
+         "stat -c %A ~/backup.sh; ls ~/backup.sh.bak 2>/dev/null | wc -l", "-rwx------\n0\n",
+         ["pyautogui.write('chmod 700 ~/backup.sh\\n')", "pyautogui.write('rm ~/backup.sh.bak\\n')"])
+terminal("os-rename-photos", ["beach.jpeg", "hill.jpeg"],
+         "Rename every .jpeg file in ~/photos to end in .jpg instead.",
+         "ls ~/photos", "beach.jpg\nhill.jpg\n",
+         ["pyautogui.write('cd ~/photos\\n')", "pyautogui.write('mv beach.jpeg beach.jpg\\n')",
+          "pyautogui.write('mv hill.jpeg hill.jpg\\n')"], into=f"{HOME}/photos")
+
 
 def main() -> None:
     seen: set[str] = set()

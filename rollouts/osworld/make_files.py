@@ -12,6 +12,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -58,7 +59,10 @@ def normalised(data: bytes) -> bytes:
             fixed = zipfile.ZipInfo(info.filename, ZIP_DATE)
             fixed.compress_type = zipfile.ZIP_STORED if info.filename == "mimetype" else zipfile.ZIP_DEFLATED
             fixed.external_attr = 0o644 << 16
-            dst.writestr(fixed, src.read(info.filename))
+            body = src.read(info.filename)
+            if info.filename == "docProps/core.xml":  # openpyxl and LibreOffice stamp the time of saving
+                body = re.sub(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*", rb"\g<1>2024-01-01T00:00:00Z", body)
+            dst.writestr(fixed, body)
     return out.getvalue()
 
 
