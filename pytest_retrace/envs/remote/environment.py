@@ -5,7 +5,8 @@ It relies only on OSWorld's documented endpoints and shapes, so it works against
 
 - actions: a Python program made from the :class:`Action` by ``action_program`` (envs/remote/actions.py:
   pyautogui, as OSWorld's own client sends them), run with ``POST /execute {"command": ["python", "-c", ...]}``;
-- screenshots: ``GET /screenshot`` (a PNG, decoded to RGB); settling polls it (settle.py ``wait_stable``);
+- screenshots: ``GET /screenshot`` (a PNG, decoded to RGB); settling polls it (settle.py ``wait_stable``), on a
+  guest that is not ours at growing intervals and at most ``max_screenshots`` per case (screens.py);
 - files: ``POST /file`` (form ``file_path``) to read, ``POST /setup/upload`` (multipart ``file_path`` +
   ``file_data``) to write;
 - commands: ``POST /execute`` with a list running coreutils ``timeout`` and ``/bin/sh -c`` in the home, so a
@@ -31,24 +32,28 @@ Options (``--retrace-env-option KEY=VALUE`` or an ``envs/NAME.yaml``; docs/envir
                 rather than a case that silently starts from the previous one's state.
 ``timeout``     seconds one request may take (commands and actions get their own time on top)
 ``python``      the guest's Python with pyautogui (default ``python``, as OSWorld's client)
+``screenshot_budget``, ``max_screenshots``   ``auto`` (default): a guest that is not ours (no ``/health``)
+                gets at most ``max_screenshots`` (150) per case and settles with growing poll intervals
+                (envs/remote/screens.py); ``on``/``off`` force it either way
+``windows_shell`` ``cmd`` (default) or ``powershell``: what runs commands on a Windows guest (windows.py)
 
 Which guest a process takes: the worker's index in PYTEST_XDIST_WORKER (``gw0`` the first URL, ``gw1`` the
 second, ...), the first without xdist; more workers than URLs is an error. The harness's ``network`` and
 ``hide`` do not reach a remote guest: its network and what it can see are the guest's own business.
 
 Errors: a guest that does not answer (after retries of connection errors) is an :class:`EnvError`, an
-infrastructure error; an action the guest answers but refuses or fails is :class:`ActionFailed`.
+infrastructure error, and so is a display out of X client slots (:class:`DisplayExhausted`, errors.py); an
+action the guest answers but refuses or fails is :class:`ActionFailed`. Messages quote the guest's own error
+text (errors.server_text), never an HTML page or a tail cut mid-line.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import re
 import shlex
 import subprocess
 import time
-import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,39 +65,39 @@ from pytest_retrace.envs import (
     CommandResult,
     DisplayBlocked,
     EnvError,
-    FileRefused,
     check_on_screen,
 )
-from pytest_retrace.envs.guestfs import MAX_READ
+from pytest_retrace.envs.remote import windows as win
 from pytest_retrace.envs.remote.actions import action_program, release_program
 from pytest_retrace.envs.remote.client import (
     MAX_OUTPUT,
     Client,
     Refused,
     Unreachable,
-    guest_path,
     home_relative,
-    multipart_body,
 )
+from pytest_retrace.envs.remote.errors import DisplayExhausted, tail
+from pytest_retrace.envs.remote.files import GuestFiles
 from pytest_retrace.envs.remote.pool import parse_reset, parse_urls, worker_index
+from pytest_retrace.envs.remote.screens import DEFAULT_MAX, Backoff, Budget, parse_budget
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
 from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
-MAX_UPLOAD = 64 * 1024 * 1024  # one written file (retrace guest's limit)
 RESET_TIMEOUT = 600.0  # seconds a reset command may take
 _BASE_ACTION_TIME = 15.0  # seconds an action's program may take, plus what the action itself asks for
 _WINDOW_POLL = 0.1
 
 
-class RemoteEnvironment:
+class RemoteEnvironment(GuestFiles):
     name = "remote"
 
     def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), urls: str | Sequence[str] | None = None,
                  urls_file: str | Path | None = None, token_env: str | None = None, reset: str | None = None,
-                 timeout: float = 30.0, python: str = "python") -> None:
+                 timeout: float = 30.0, python: str = "python", screenshot_budget: str | bool = "auto",
+                 max_screenshots: int = DEFAULT_MAX, windows_shell: str = "cmd") -> None:
         if network not in ("none", "host"):
             raise ValueError(f"network: {network!r} is not one of none, host")
         self.size = (int(size[0]), int(size[1]))
@@ -107,6 +112,14 @@ class RemoteEnvironment:
         if not isinstance(python, str) or not python:
             raise ValueError(f"python: the guest's Python command, got {python!r}")
         self.python = python
+        self.budget_mode, self.max_screenshots = parse_budget(screenshot_budget, max_screenshots)
+        if windows_shell not in win.SHELLS:
+            raise ValueError(f"windows_shell: {windows_shell!r} is not one of {', '.join(win.SHELLS)}")
+        self.windows_shell = windows_shell
+        self.shots = Budget(None)  # this case's screenshots; capped at attach for a guest that is not ours
+        self.ours = True  # the guest is `retrace guest` (answers /health): a screenshot leaks no X connection
+        self.platform = "Linux"  # the guest's /platform (OSWorld's platform.system())
+        self.windows = False  # it says Windows
         self.reset_mode, self.reset_command = parse_reset(reset)
         self.token_env = token_env
         if token_env is not None and not os.environ.get(token_env):
@@ -115,7 +128,7 @@ class RemoteEnvironment:
         self.url = ""
         self._client: Client | None = None
         self._cases = 0  # resets done: without a reset command only one case may run on a guest
-        self._window_tool: str | None = None  # "xdotool", "wmctrl" or "" (neither), found at start
+        self.window_tool: str | None = None  # "xdotool", "wmctrl" or "" (neither), found at start
         self._task_cpu: bool | None = None  # False: the guest cannot tell (task_cpu_seconds)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -136,37 +149,57 @@ class RemoteEnvironment:
         self.url = url
         self._client = Client(url, token, self.timeout)
         self._task_cpu = None
+        self.ours, self.windows, self.platform = True, False, "Linux"
+        if probe:
+            self._probe()
+        capped = self.budget_mode == "on" or (self.budget_mode == "auto" and not self.ours)
+        self.shots = Budget(self.max_screenshots if capped else None)
         if not probe:
-            self._window_tool = "xdotool"
-            return
+            self.window_tool = "xdotool"
+
+    def _probe(self) -> None:
         width, height = self.client.screen_size()
         if (width, height) != self.size:
             raise EnvError(f"{self.url}: the guest's screen is {width}x{height}, the cases need "
-                           f"{self.size[0]}x{self.size[1]}")
+                           f"{self.size[0]}x{self.size[1]} (--retrace-screen): cases made on this guest declare "
+                           f"`screen: [{width}, {height}]` and run with --retrace-screen {width}x{height}")
+        health = self.client.request("GET", "/health", timeout=min(self.timeout, 10.0))
+        self.ours = health.status == 200 and isinstance(health.json(), dict) and health.json().get("status") == "ok"
+        platform = self.client.request("GET", "/platform", timeout=min(self.timeout, 10.0))
+        if platform.status != 200:
+            raise self.client.error("/platform", platform)
+        self.platform = platform.body.decode(errors="replace").strip() or "Linux"
+        self.windows = win.is_windows(self.platform)
         probe = self.client.execute([self.python, "-c", "import pyautogui"], shell=False, timeout=60)
         if probe.get("returncode") != 0:
             raise EnvError(f"{self.url}: the guest cannot run pyautogui with {self.python!r}: "
-                           f"{str(probe.get('error') or '').strip()[-300:]}")
+                           f"{tail(str(probe.get('error') or ''))}")
+        if self.windows:  # neither xdotool nor wmctrl there: windows are found with pyautogui's pygetwindow
+            self.window_tool = "pygetwindow"
+            return
         tools = self.client.execute("command -v xdotool >/dev/null && echo xdotool; "
                                     "command -v wmctrl >/dev/null && echo wmctrl; true", shell=True, timeout=30)
         found = str(tools.get("output") or "").split()
-        self._window_tool = "xdotool" if "xdotool" in found else "wmctrl" if "wmctrl" in found else ""
+        self.window_tool = "xdotool" if "xdotool" in found else "wmctrl" if "wmctrl" in found else ""
 
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self._client is None:
             raise EnvError("the environment is not started")
+        if self.reset_mode is None and self.client.exhausted:
+            raise DisplayExhausted(f"{self.client.exhausted}; no reset is configured (option reset)")
         if self.reset_mode is None and self._cases:
             raise EnvError(f"{self.url}: no reset configured (option reset), so this guest runs one case only; "
                            "the next one would start from this one's state. Give reset=CMD, or one guest per case")
+        self.client.exhausted = None  # the reset is what may give the slots back; if not, the next call says so
         if self.reset_mode == "guest":
             assert self.reset_command is not None
             res = self.run(self.reset_command, timeout=RESET_TIMEOUT)
             if res.returncode != 0:
-                raise EnvError(f"{self.url}: reset `{self.reset_command}` exited {res.returncode}: "
-                               f"{res.stderr.strip()[-300:]}")
+                raise EnvError(f"{self.url}: reset `{self.reset_command}` exited {res.returncode}: {tail(res.stderr)}")
         elif self.reset_mode == "host":
             self._reset_on_host()
         self._cases += 1
+        self.shots.new_case()
         w, h = self.size
         self._program(release_program(park=(w - 1, h - 1)), "releasing keys and parking the pointer", infra=True)
         self.prepare(task, files, masks)
@@ -188,7 +221,7 @@ class RemoteEnvironment:
         except subprocess.TimeoutExpired:
             raise EnvError(f"reset `{self.reset_command}` did not finish within {RESET_TIMEOUT:g} s") from None
         if res.returncode != 0:
-            raise EnvError(f"reset `{self.reset_command}` exited {res.returncode}: {res.stderr.strip()[-300:]}")
+            raise EnvError(f"reset `{self.reset_command}` exited {res.returncode}: {tail(res.stderr)}")
         deadline = time.monotonic() + RESET_TIMEOUT
         while True:  # the guest may be rebooting from a snapshot: wait until it answers again
             try:
@@ -210,8 +243,11 @@ class RemoteEnvironment:
         return self._client
 
     def harness_fault(self) -> str | None:
-        """The guest not answering. What else fails on a VM (its X server, say) the guest cannot tell apart from
-        what the task did there: an OSWorld VM runs the task as the X server's own user."""
+        """The guest not answering, its display out of X client slots, or this case's screenshots spent. What
+        else fails on a VM (its X server, say) the guest cannot tell apart from what the task did there: an
+        OSWorld VM runs the task as the X server's own user."""
+        if self.client.exhausted or self.shots.spent:
+            return self.client.exhausted or self.shots.spent
         return None if self.client.alive() else f"the guest {self.client.url} does not answer"
 
     def _program(self, program: str, what: str, work: float = 0.0, infra: bool = False) -> None:
@@ -231,8 +267,8 @@ class RemoteEnvironment:
                 raise failure(f"{what} did not finish within {timeout:.0f} s") from None
             raise EnvError(f"{what}: {exc}") from None
         if res.get("returncode") != 0:
-            detail = str(res.get("error") or res.get("output") or "").strip()
-            raise failure(f"{what} failed on the guest (exit {res.get('returncode')}): {detail[-300:]}")
+            detail = tail(str(res.get("error") or res.get("output") or ""))
+            raise failure(f"{what} failed on the guest (exit {res.get('returncode')}): {detail}")
 
     # -- input and output --------------------------------------------------------------------------
     def execute(self, action: Action) -> Settled:
@@ -240,7 +276,7 @@ class RemoteEnvironment:
         before = self.screenshot()
         if action.kind == "wait":
             time.sleep(action.seconds)
-        program = action_program(action)
+        program = action_program(action, self.windows)
         if program is not None:
             a = action
             work = (0.05 * len(a.text) + 0.05 * len(a.keys) * a.presses + 0.05 * (abs(a.dx) + abs(a.dy))
@@ -251,11 +287,12 @@ class RemoteEnvironment:
     def screenshot(self) -> np.ndarray:
         from PIL import Image, UnidentifiedImageError
 
+        self.shots.take(self.url)
         reply = self.client.request("GET", "/screenshot", limit=256 * 1024 * 1024)
         if reply.status == 409:  # retrace's guest: a grab holds the display (guest/desktop.py)
             raise DisplayBlocked(f"{self.url}/screenshot: {reply.message()}")
         if reply.status != 200:
-            raise EnvError(f"{self.url}/screenshot: HTTP {reply.status}: {reply.message()}")
+            raise self.client.error("/screenshot", reply)
         try:
             with Image.open(io.BytesIO(reply.body)) as image:
                 return np.asarray(image.convert("RGB"), dtype=np.uint8)
@@ -263,15 +300,19 @@ class RemoteEnvironment:
             raise EnvError(f"{self.url}/screenshot: not an image: {exc}") from None
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
-        return wait_stable(self.screenshot, self._settle, self.masks, before)
+        """Polled every `interval`, or at growing intervals on a guest whose screenshots are counted."""
+        backoff = Backoff() if self.shots.cap is not None else None
+        return wait_stable(self.screenshot, self._settle, self.masks, before, changes=backoff)
 
     def cursor_position(self) -> tuple[int, int]:
         reply = self.client.request("GET", "/cursor_position")
         data = reply.json()
         if reply.status == 200 and isinstance(data, dict):
             data = [data.get("x"), data.get("y")]
-        if reply.status != 200 or not isinstance(data, list) or len(data) != 2:
-            raise EnvError(f"{self.url}/cursor_position: HTTP {reply.status}: {reply.body[:200]!r}")
+        if reply.status != 200:
+            raise self.client.error("/cursor_position", reply)
+        if not isinstance(data, list) or len(data) != 2:
+            raise EnvError(f"{self.url}/cursor_position: unexpected answer {reply.body[:200]!r}")
         try:
             return int(data[0]), int(data[1])
         except (TypeError, ValueError):
@@ -287,53 +328,17 @@ class RemoteEnvironment:
             if reply.status in (404, 405):
                 self._task_cpu = False
                 return None
-            raise EnvError(f"{self.url}/task_cpu: HTTP {reply.status}: {reply.body[:200]!r}")
+            raise self.client.error("/task_cpu", reply)
         return float(data["seconds"])
 
-    # -- files and processes -----------------------------------------------------------------------
-    def read_file(self, path: str) -> bytes | None:
-        """The file's bytes; None if missing; FileRefused if the guest will not serve it as a regular file
-        (retrace guest: 403 outside the home and /tmp, 422 not a regular file or over the size cap). OSWorld's
-        server answers a directory or device with a 500: that is told apart by asking the guest what is
-        there."""
-        guest = guest_path(path)
-        body = urllib.parse.urlencode({"file_path": guest}).encode()
-        reply = self.client.request("POST", "/file", data=body, content_type="application/x-www-form-urlencoded")
-        if reply.status == 200:
-            if len(reply.body) > MAX_READ:
-                raise FileRefused(f"{path} is over the {MAX_READ}-byte limit")
-            return reply.body
-        if reply.status == 404:
-            return None
-        if reply.status in (403, 413, 422):
-            raise FileRefused(reply.message())  # retrace guest's message names the path
-        kind = self._file_kind(guest)
-        if kind and kind != "regular file" and kind != "regular empty file":
-            raise FileRefused(f"{path} is a {kind}, not a regular file")
-        raise EnvError(f"{self.url}/file {path}: HTTP {reply.status}: {reply.message()}")
-
-    def _file_kind(self, guest: str) -> str:
-        quoted = '"$HOME"' + shlex.quote(guest[1:]) if guest.startswith("~/") else shlex.quote(guest)
-        try:
-            res = self.client.execute(f"stat -L -c %F -- {quoted}", shell=True, timeout=15)
-        except EnvError:
-            return ""
-        return str(res.get("output") or "").strip() if res.get("returncode") == 0 else ""
-
-    def write_file(self, path: str, data: bytes) -> None:
-        if len(data) > MAX_UPLOAD:
-            raise EnvError(f"cannot write {path}: {len(data)} bytes, over the {MAX_UPLOAD}-byte upload limit")
-        body, content_type = multipart_body({"file_path": guest_path(path)}, {"file_data": data})
-        reply = self.client.request("POST", "/setup/upload", data=body, content_type=content_type,
-                                    timeout=self.timeout + len(data) / 1e6, idempotent=True)
-        if reply.status != 200:
-            raise EnvError(f"cannot write {path}: HTTP {reply.status}: {reply.message()}")
-
+    # -- processes ------------------------------------------------------------------------------
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """A shell command in the guest's home, as the guest server's user; a timeout is exit status 124
         (coreutils ``timeout`` on the guest: OSWorld's server has no timeout field of its own)."""
         script = 'cd ~ 2>/dev/null; exec /bin/sh -c "$1"'
         argv = ["timeout", "-k", "2", f"{timeout:g}", "/bin/sh", "-c", script, "sh", command]
+        if self.windows:
+            argv = [self.python, "-c", win.command_program(command, timeout, self.windows_shell)]
         started = time.monotonic()
         try:
             res = self.client.execute(argv, shell=False, timeout=timeout + 5)
@@ -344,7 +349,7 @@ class RemoteEnvironment:
             raise EnvError(f"{self.url}/execute: no returncode in {str(res)[:200]}")
         stdout = str(res.get("output") or "")[:MAX_OUTPUT]
         stderr = str(res.get("error") or "")[:MAX_OUTPUT]
-        if code in (137, -9) and time.monotonic() - started >= timeout:
+        if code in (137, -9) and time.monotonic() - started >= timeout and not self.windows:
             code = 124  # SIGTERM ignored, so `timeout -k` killed the group, itself included: still a timeout
         if code == 124:
             stderr += f"\nretrace: timed out after {timeout:g} s"
@@ -353,37 +358,20 @@ class RemoteEnvironment:
     def launch(self, command: list[str] | str, window: str | None = None, timeout: float = 30.0) -> None:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         argv = [home_relative(a) for a in argv]
-        before = self.screenshot() if window is not None and not self._window_tool else None
+        before = self.screenshot() if window is not None and not self.window_tool else None
         reply = self.client.post_json("/setup/launch", {"command": argv, "shell": False}, idempotent=False)
         if reply.status != 200:
-            raise EnvError(f"cannot launch {shlex.join(argv)}: HTTP {reply.status}: {reply.message()}")
+            raise self.client.error("/setup/launch", reply, f"cannot launch {shlex.join(argv)}")
         if window is None:
             return
         deadline = time.monotonic() + timeout
+        backoff = Backoff(_WINDOW_POLL) if before is not None and self.shots.cap is not None else None
         while time.monotonic() < deadline:
             if before is not None:
                 if not np.array_equal(self.screenshot(), before):
                     return
             elif self.find_windows(window):
                 return
-            time.sleep(_WINDOW_POLL)
+            if backoff is None or not backoff.wait(deadline - time.monotonic()):
+                time.sleep(_WINDOW_POLL)
         raise EnvError(f"no window matching {window!r} within {timeout} s after launching {argv[0]}")
-
-    def find_windows(self, pattern: str) -> list[str]:
-        """Visible windows whose class or title matches the regex `pattern` (xdotool's, or wmctrl's list
-        searched with Python's re); [] on a guest with neither tool."""
-        if self._window_tool == "xdotool":
-            q = shlex.quote(pattern)
-            res = self.client.execute(f"xdotool search --onlyvisible --class {q} 2>/dev/null; "
-                                      f"xdotool search --onlyvisible --name {q} 2>/dev/null; true", shell=True, timeout=15)
-            return sorted(set(str(res.get("output") or "").split()))
-        if self._window_tool == "wmctrl":
-            res = self.client.execute("wmctrl -lx", shell=True, timeout=15)
-            found = []
-            for line in str(res.get("output") or "").splitlines():
-                fields = line.split(None, 4)  # id, desktop, class, host, title
-                if len(fields) >= 3 and any(re.search(pattern, f, re.IGNORECASE) for f in fields[2:3] + fields[4:]):
-                    found.append(fields[0])
-            return sorted(set(found))
-        return []
-

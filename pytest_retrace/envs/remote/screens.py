@@ -7,8 +7,8 @@ hundred screenshots; settling, which polls screenshots every 30 ms, used them up
 such a guest the environment takes at most ``max_screenshots`` per case (reset included), and settles with
 :class:`Backoff`: the same verdicts as ``settle.wait_stable`` (the action's effect awaited for ``react``
 seconds, then ``quiet`` seconds without a change, capped at ``timeout``), from polls 0.1, 0.16, 0.26, ... up
-to 1 s apart instead of every 30 ms. ``retrace guest`` (which answers ``/health``) keeps one X connection
-for all its screenshots, so a guest of ours is polled as the local desktop is.
+to 1 s apart instead of every 30 ms. ``retrace guest`` (which answers ``/health``) closes each grab's X
+connection (guest/desktop.py), so a guest of ours is polled as the local desktop is.
 """
 
 from __future__ import annotations
