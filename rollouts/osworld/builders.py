@@ -95,6 +95,13 @@ MEMO = ["Team memo", "The review is on Tuesday at ten.", "Lunch follows, as ever
 AGENDA = ["Agenda", "Lunch at noon in the garden.", "Budget review.", "Next steps."]
 NOTES = ["Meeting notes", "Agenda: budget review.", "Date: 4 June."]
 
+PAGES = Path(__file__).resolve().parent.parent / "browser" / "pages"  # this project's own local pages
+
+
+def page(name: str) -> Builder:
+    return lambda: (PAGES / name).read_bytes()
+
+
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
     "calc-double": {"stock.xlsx": xlsx(SALES),
@@ -113,4 +120,8 @@ FILES: dict[str, dict[str, Builder]] = {
     "os-permissions": {"backup.sh": text("#!/bin/sh\ntar czf ~/backup.tgz ~/notes\n"),
                        "backup.sh.bak": text("#!/bin/sh\ntar czf backup.tgz notes\n")},
     "os-rename-photos": {"beach.jpeg": text("not really a jpeg\n"), "hill.jpeg": text("nor this one\n")},
+    "chrome-order-form": {"order.html": page("order.html"),
+                          "order_gold.txt": text("name=Ana Lima\ncity=Porto\nqty=3\nnewsletter=no\ngift=no\n")},
+    "chrome-bookmark": {"recipes.html": page("recipes.html")},
+    "chrome-close-tab": {name: page(name) for name in ("recipes.html", "travel.html", "order.html")},
 }
