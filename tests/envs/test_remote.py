@@ -199,6 +199,8 @@ def test_the_pool_is_split_by_worker(guests: tuple[Guest, Guest], monkeypatch: p
 @needs_desktop
 def test_reset_setup_and_actions(guests: tuple[Guest, Guest], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     env = _env(guests, "gw0", monkeypatch, reset=RESET)
+    # retrace guest answers /health: its screenshots are polled as the local desktop's, uncounted (screens.py)
+    assert env.ours and env.shots.cap is None and env.platform == "Linux" and not env.windows
     (tmp_path / "seed.txt").write_text("from a file\n")
     task = Task("remote-1", [FileStep(type="file", path="~/task/notes.txt", content="hello\n"),
                              FileStep(type="file", path="/home/user/task/seed.txt", src="seed.txt"),
