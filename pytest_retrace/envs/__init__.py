@@ -140,6 +140,25 @@ def harness_fault(env: Environment) -> str | None:
     return check()
 
 
+def check_port(port: object) -> int:
+    """A TCP port number (1-65535), or ValueError naming the value."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port: a TCP port number 1-65535, got {port!r}")
+    return port
+
+
+def forward(env: Environment, port: int) -> tuple[str, int]:
+    """Where the harness reaches TCP `port` of the desktop: ``env.forward(port)``, an optional capability, used
+    by OSWorld's chrome setup steps and getters (its DevTools port, behind the tasks' own ``socat`` on 9222).
+    xvfb relays the task's own loopback (each task has a network namespace of its own); docker and remote give
+    the guest's address, where a port the task listens on all addresses (socat's) is reached, as OSWorld's
+    harness reaches its VM. A provider without it is an EnvError naming the provider."""
+    method = getattr(env, "forward", None)
+    if method is None:
+        raise EnvError(f"the {env.name} environment cannot reach a port of its desktop (no forward())")
+    return method(port)
+
+
 def _installed(group: str) -> Iterable[EntryPoint]:
     # Looked up through this module's own name at each call, so a test can stand in for the installed
     # distributions by patching ``envs.entry_points``.

@@ -19,6 +19,11 @@ from pytest_retrace.envs.steps import GUEST_HOME
 GUEST_USER = "user"
 TEMPLATE = Path(__file__).with_name("home-template")
 OPENBOX_RC = Path(__file__).with_name("openbox-rc.xml")
+# the browser flags of the browser cases (rollouts/browser/gen.py) minus the DevTools port: no network fetches
+# of its own, no first-run page, so what it draws depends only on the page
+CHROMIUM_FLAGS = ("--no-first-run", "--no-default-browser-check", "--disable-gpu", "--force-device-scale-factor=1",
+                  "--password-store=basic", "--disable-sync", "--disable-background-networking",
+                  "--disable-component-update")
 # The desktop's application menu (right-click on the desktop), as on any real desktop: without it an
 # agent that closed the task's only window could never reopen it. Same arguments as the suite's tasks
 # use, so a reopened app looks like the one the task started.
@@ -29,12 +34,26 @@ DESKTOP_MENU: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("File Manager", ("pcmanfm", "/home/user")),
     ("Office Spreadsheet", ("soffice", "--calc", "--norestore", "--nologo")),
     ("Office Writer", ("soffice", "--writer", "--norestore", "--nologo")),
-    # the browser flags of the browser cases (rollouts/browser/gen.py) minus the DevTools port: no network
-    # fetches of its own, no first-run page, so what it draws depends only on the page
-    ("Web Browser", ("chromium", "--no-first-run", "--no-default-browser-check", "--disable-gpu",
-                     "--force-device-scale-factor=1", "--password-store=basic", "--disable-sync",
-                     "--disable-background-networking", "--disable-component-update")),
+    ("Web Browser", ("chromium", *CHROMIUM_FLAGS)),
 )
+# Programs of every task's desktop besides the machine's, on its PATH in /usr/local/bin (the xvfb sandbox lays
+# them over that directory, the docker image installs them there). OSWorld's tasks and getters start
+# `google-chrome` and read its profile under ~/.config/google-chrome; this desktop's browser is Debian's
+# chromium, so the name runs it with the menu's flags and that profile. The task's own arguments come last:
+# chromium takes the last of a repeated switch, so a task's --user-data-dir is the one used.
+GUEST_PROGRAMS: dict[str, str] = {
+    "google-chrome": "#!/bin/sh\n# pytest-retrace: Google Chrome as OSWorld's tasks start it, on Debian's chromium\n"
+                     f"exec chromium {shlex.join(CHROMIUM_FLAGS)} --user-data-dir=\"$HOME/.config/google-chrome\""
+                     ' "$@"\n',
+}
+
+
+def write_programs(directory: Path) -> None:
+    """GUEST_PROGRAMS as executable files in `directory` (the docker image's recipe calls it too)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, script in GUEST_PROGRAMS.items():
+        (directory / name).write_text(script)
+        (directory / name).chmod(0o755)
 
 
 def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:

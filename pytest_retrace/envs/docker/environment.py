@@ -56,6 +56,7 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import CommandResult, EnvError, check_on_screen
+from pytest_retrace.envs.docker.options import parse_hosts, parse_memory
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.remote.pool import worker_index
 from pytest_retrace.envs.steps import TaskSetup
@@ -73,35 +74,6 @@ NETWORKS = {"none": "pytest-retrace-isolated", "host": "pytest-retrace-open"}
 # What the guest (root in the container) needs to run the task as `user` and serve its files; nothing else.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
-
-
-def parse_hosts(hosts: str | Sequence[str] | None) -> list[str]:
-    if hosts is None or hosts == "":
-        return []
-    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
-    out = []
-    for item in items:
-        if not isinstance(item, str) or not item.strip():
-            raise ValueError(f"hosts: engine URLs (unix://, tcp://, ssh://), got {item!r}")
-        url = item.strip()
-        if urllib.parse.urlsplit(url).scheme not in ("unix", "tcp", "ssh", "http", "https", "npipe"):
-            raise ValueError(f"hosts: {url!r} is not an engine URL (unix:///var/run/docker.sock, tcp://HOST:2376, "
-                             "ssh://USER@HOST)")
-        out.append(url)
-    return out
-
-
-def _memory(value: int | str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"memory: bytes or a size like 4g, got {value!r}")
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().lower()
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-    except (ValueError, IndexError):
-        raise ValueError(f"memory: bytes or a size like 4g, got {value!r}") from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -138,7 +110,7 @@ class DockerEnvironment:
         self.hide = tuple(hide)  # nothing of this machine is in the container to hide
         self.image = image
         self.hosts = parse_hosts(hosts)
-        self.memory = _memory(memory)
+        self.memory = parse_memory(memory)
         if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus <= 0:
             raise ValueError(f"cpus: a positive number, got {cpus!r}")
         self.cpus = float(cpus)
@@ -373,6 +345,13 @@ class DockerEnvironment:
         for args, timeout in commands(action):
             guest.perform(["xdotool", *args], action.describe(), timeout)
         return guest.settle(before)
+
+    def forward(self, port: int) -> tuple[str, int]:
+        """`port` at the container's address (``RemoteEnvironment.forward``): where the task listens on all
+        addresses (OSWorld's socat on 9222). A remote engine publishes the guest's port alone."""
+        if self._remote_engine:
+            raise EnvError(f"docker engine {self.engine}: only the guest's port is published, not port {port}")
+        return self.guest.forward(port)
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
         return self.guest.settle(before)

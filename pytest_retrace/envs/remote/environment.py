@@ -54,6 +54,7 @@ import os
 import shlex
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,6 +67,7 @@ from pytest_retrace.envs import (
     DisplayBlocked,
     EnvError,
     check_on_screen,
+    check_port,
 )
 from pytest_retrace.envs.remote import windows as win
 from pytest_retrace.envs.remote.actions import action_program, release_program
@@ -234,6 +236,10 @@ class RemoteEnvironment(GuestFiles):
 
     def close(self) -> None:
         self._client = None  # nothing held open: urllib connects per request
+
+    def forward(self, port: int) -> tuple[str, int]:
+        """`port` at the guest's host, as OSWorld's harness reaches its VM's (the tasks' socat on 9222)."""
+        return urllib.parse.urlsplit(self.client.url).hostname or "localhost", check_port(port)
 
     # -- requests ----------------------------------------------------------------------------------
     @property

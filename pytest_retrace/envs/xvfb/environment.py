@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_retrace.actions import Action
-from pytest_retrace.envs import ActionFailed, CommandResult, EnvError, check_on_screen
+from pytest_retrace.envs import ActionFailed, CommandResult, EnvError, check_on_screen, check_port
 from pytest_retrace.envs.desktop import TEMPLATE
 from pytest_retrace.envs.guestfs import MAX_READ
 from pytest_retrace.envs.procfs import cpu_seconds
@@ -40,6 +40,7 @@ from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
 from pytest_retrace.envs.xvfb.keymap import Keymap
+from pytest_retrace.envs.xvfb.ports import Relay
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
@@ -63,6 +64,7 @@ class XvfbEnvironment(XDesktop):
         self.network = network  # for tasks that do not ask for the network themselves
         self.hide = tuple(Path(p) for p in hide)
         self.memory_limit = memory_limit  # bytes, for all processes of a task together
+        self._relays: dict[int, Relay] = {}  # forward(): the current task's ports, by port
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -89,6 +91,7 @@ class XvfbEnvironment(XDesktop):
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self.root is None:
             raise EnvError("the environment is not started")
+        self._close_relays()
         self.kill_session()
         self._restart_display()
         assert self.sandbox is not None
@@ -104,6 +107,7 @@ class XvfbEnvironment(XDesktop):
         if self.root is None:
             return
         try:
+            self._close_relays()
             if self.sandbox is not None:
                 self.sandbox.close()  # its processes, then its control group
         finally:
@@ -125,6 +129,22 @@ class XvfbEnvironment(XDesktop):
     def kill_session(self) -> None:
         if self.sandbox is not None:
             self.sandbox.kill()
+
+    # -- ports -------------------------------------------------------------------------------------
+    def forward(self, port: int) -> tuple[str, int]:
+        """TCP `port` of the task's own loopback as an address on the harness's (a relay, ports.py): what
+        OSWorld's chrome steps and getters connect to. Until the next reset or close."""
+        check_port(port)
+        if self.sandbox is None:
+            raise EnvError("the environment is not started")
+        if port not in self._relays:
+            self._relays[port] = Relay(self.sandbox.netns, port)
+        return self._relays[port].address
+
+    def _close_relays(self) -> None:
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
 
     # -- files -------------------------------------------------------------------------------------
     @property
@@ -187,7 +207,7 @@ class XvfbEnvironment(XDesktop):
         assert self.sandbox is not None
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         argv = [self.guest_path(a) for a in argv]
-        if shutil.which(argv[0]) is None:
+        if shutil.which(argv[0]) is None and shutil.which(argv[0], path=self.sandbox.programs) is None:
             raise EnvError(f"{argv[0]} is not installed")
         name = Path(argv[0]).name
         with self._log(name) as log:

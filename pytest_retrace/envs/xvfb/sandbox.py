@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.desktop import GUEST_USER, task_environment
+from pytest_retrace.envs.desktop import GUEST_USER, task_environment, write_programs
 from pytest_retrace.envs.guestfs import GuestFS
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.envs.xvfb.cgroups import TaskGroup
@@ -133,7 +133,24 @@ class Sandbox:
         """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
         user = GUEST_USER if self.enabled else pwd.getpwuid(os.getuid()).pw_name
         runtime = "/tmp/.runtime-user" if self.enabled else str(self.tmp / ".runtime-user")
-        return task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
+        env = task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
+        if not self.enabled:  # no overlay on /usr/local/bin (_INIT): the desktop's own programs come first
+            env["PATH"] = f"{self.programs}:{env['PATH']}"
+        return env
+
+    @property
+    def programs(self) -> Path:
+        """The desktop's own programs (desktop.py GUEST_PROGRAMS), seen in the task as /usr/local/bin/NAME."""
+        return self.root / "programs"
+
+    @property
+    def netns(self) -> str | None:
+        """The current task's network namespace, as a path the harness can open (None: no sandbox)."""
+        if not self.enabled:
+            return None
+        if self.init_pid is None:
+            raise EnvError("sandbox: no task is running (reset first)")
+        return f"/proc/{self.init_pid}/ns/net"
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, *, network: bool, ipc_of: int | None = None) -> None:
@@ -150,6 +167,8 @@ class Sandbox:
         (self.tmp / ".X11-unix").mkdir(parents=True)
         (self.tmp / ".runtime-user").mkdir(mode=0o700)
         self.tmp.chmod(0o1777)
+        if not self.programs.exists():
+            write_programs(self.programs)  # once per desktop, like the accounts
         if not self.enabled:
             return
         for path in (self.home, *self.home.rglob("*"), self.tmp / ".runtime-user"):
@@ -348,6 +367,12 @@ shift 4
 mount --bind "$root/etc/passwd" /etc/passwd
 mount --bind "$root/etc/group" /etc/group
 mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"
+# the desktop's own programs (google-chrome) laid over the machine's /usr/local/bin, read-only; lowerdir is
+# relative to $root, so no character of the desktop's path can be read as one of overlayfs's separators
+if [ -d /usr/local/bin ]; then
+  (cd "$root" && mount -t overlay -o lowerdir=programs:/usr/local/bin retrace-programs /usr/local/bin) ||
+    echo "retrace-sandbox: no overlay file system: the desktop's own programs are missing" >&2
+fi
 mount -t tmpfs -o mode=755,size=1m retrace-home /home
 mkdir /home/user
 mount --bind "$root/home" /home/user
