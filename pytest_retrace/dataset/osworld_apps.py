@@ -10,7 +10,9 @@ DevTools port, a VLC getter to VLC's HTTP interface). A provider has an app when
   or among the programs the desktop adds (``GUEST_PROGRAMS``: ``google-chrome`` runs Debian's chromium);
   a Python module, when the task's ``python3`` finds it;
 - ``docker``: its Debian packages are in the image's package lists (envs/docker/desktop-image/packages*.txt,
-  the ``osworld`` variant included), a Python module in its requirements.txt;
+  the ``osworld`` variant included); a Python module, when a listed ``python3-<module>`` package has it (the
+  image's requirements.txt goes into the guest server's /opt/retrace venv, and the tasks' ``python3`` is
+  /usr/bin's);
 - ``remote``: an OSWorld VM, which has OSWorld's apps.
 """
 
@@ -169,7 +171,7 @@ def has(provider: Provider, need: str) -> bool:
         return need in BASE_PROGRAMS or PROGRAM_PACKAGES.get(need) in _image_packages()
     if not app.debian:
         return False
-    return all(_listed(p) for p in app.packages) and (app.module is None or app.module in _image_requirements())
+    return all(_listed(p) for p in app.packages) and (app.module is None or _listed(f"python3-{app.module}"))
 
 
 @cache
@@ -198,12 +200,6 @@ def _listed(name: str) -> bool:
 def _image_packages() -> frozenset[str]:
     """Every package of the docker image's lists (packages.txt and its variants, as packages-osworld.txt)."""
     return frozenset(word for path in sorted(IMAGE.glob("packages*.txt")) for word in _words(path))
-
-
-@cache
-def _image_requirements() -> frozenset[str]:
-    path = IMAGE / "requirements.txt"
-    return frozenset(w.split("==")[0].lower() for w in _words(path)) if path.is_file() else frozenset()
 
 
 def _words(path: Path) -> list[str]:

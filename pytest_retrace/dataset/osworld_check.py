@@ -25,6 +25,7 @@ from pytest_retrace.osworld.evaluate import evaluator_problems
 from pytest_retrace.osworld.setup import config_problems
 
 TOP_VALUES = 5  # values named per reason in the summary
+LINE_VALUES = 4  # values named per reason in a task's line (a task downloading 16 files: 4 and "12 more")
 # A drive letter: OSWorld's Windows tasks name C:\... paths, which no path on this (Linux) guest resembles.
 _WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 
@@ -67,18 +68,23 @@ class TaskCheck:
     def runnable(self) -> bool:
         return self.supported and not self.lacking
 
-    def line(self) -> str:
+    def line(self, every: bool = False) -> str:
+        """``ok``, or ``NO`` and one part per reason (first-seen order) with its values, each in full, a value
+        repeated shown once with its count; past LINE_VALUES values per reason the rest are counted (all of them
+        are in --json, and in the line with ``every``)."""
         if self.supported:
             lacks = f": not runnable on {self.provider} here, it lacks {', '.join(self.lacking)}" if self.lacking else ""
             return f"ok  {self.domain}/{self.id}{lacks}"
-        # one part per reason, in first-seen order, its values after it; a value repeated shows once, counted
         by_reason: dict[str, Counter[str]] = {}
         for p in self.problems:
             by_reason.setdefault(p.reason, Counter())[p.shown] += 1
-        return f"NO  {self.domain}/{self.id}: " + "; ".join(
-            reason + (" " if any(values) else "")
-            + ", ".join(v + (f" ({n}x)" if n > 1 else "") for v, n in values.items() if v)
-            for reason, values in by_reason.items())
+        parts = []
+        for reason, values in by_reason.items():
+            named = [v + (f" ({n}x)" if n > 1 else "") for v, n in values.items() if v]
+            more = len(named) - LINE_VALUES if not every and len(named) > LINE_VALUES + 1 else 0
+            parts.append(reason + (" " if named else "") + ", ".join(named[:len(named) - more])
+                         + (f" and {more} more" if more else ""))
+        return f"NO  {self.domain}/{self.id}: " + "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "domain": self.domain, "file": str(self.file), "supported": self.supported,
@@ -266,7 +272,7 @@ def report(paths: list[Path], out: TextIO, *, examples: Path | None = None, cach
             print(json.dumps(check.to_json(), sort_keys=True), file=out)
         return 1 if bad else 0
     for check in checks:
-        print(check.line(), file=out)
+        print(check.line(every=verbose), file=out)
     if found.skipped:
         print(f"skipped {len(found.skipped)} JSON file(s) that are not task definitions (no id and instruction)"
               + (": " + ", ".join(map(str, found.skipped)) if verbose else ""), file=out)

@@ -52,6 +52,8 @@ def test_each_provider_has_what_it_has(tmp_path: Path, monkeypatch: pytest.Monke
     # docker: the image's package lists; VS Code is in no Debian package, so only an OSWorld VM has it
     assert has("docker", "chrome") and has("docker", "mkdir") and not has("docker", "vs code")
     assert not has("docker", "a-program-no-package-is-known-for")
+    # nor pyautogui: Debian has no python3-pyautogui, and the image's pip packages are the guest server's venv's
+    assert not has("docker", "pyautogui")
     assert lacking("remote", ["vs code", "gimp", "anything"]) == []
 
 

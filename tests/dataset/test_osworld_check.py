@@ -170,3 +170,16 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
         proc.stdout.close()
         err = proc.stderr.read().decode()
     assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_line_names_four_values_of_a_reason_and_counts_the_rest(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    files = [{"url": f"https://example.invalid/f/file-{i}.pdf", "path": f"/home/user/file-{i}.pdf"} for i in range(7)]
+    write_task(tmp_path, "multi_apps", "seven", config=[{"type": "download", "parameters": {"files": files}}])
+    assert main(["osworld", "check", str(tmp_path)]) == 1
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("NO  ")]
+    assert line == ("NO  multi_apps/seven: cloud file not in cache file-0.pdf, file-1.pdf, file-2.pdf, file-3.pdf "
+                    "and 3 more")
+    assert main(["osworld", "check", str(tmp_path), "--verbose"]) == 1
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("NO  ")]
+    assert line.endswith("file-3.pdf, file-4.pdf, file-5.pdf, file-6.pdf")

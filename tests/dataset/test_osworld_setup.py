@@ -153,7 +153,7 @@ def build_arguments(tmp_path: Path) -> list[str]:
         {"type": "launch", "parameters": {"command": TERM}},
         {"type": "activate_window", "parameters": {"window_name": "work", "strict": True}},
     ]
-    evaluator = {"func": "exact_match", "result": {"type": "vm_command_line", "command": ["cat", "/home/user/out.txt"]},
+    evaluator = {"func": "exact_match", "result": {"type": "vm_command_line", "command": "cat ~/out.txt", "shell": True},
                  "expected": {"type": "rule", "rules": {"expected": "hello\ndone\n"}}}
     write_example(examples, "os", TASK_ID, config=config, evaluator=evaluator)
     write_run(results, "os", TASK_ID, ["pyautogui.write('cp notes.txt out.txt && clear\\n')",
