@@ -102,6 +102,21 @@ def page(name: str) -> Builder:
     return lambda: (PAGES / name).read_bytes()
 
 
+def png(size: tuple[int, int], seed: int) -> Builder:
+    """An image no flip leaves unchanged: a colour gradient with a block off its centre."""
+    def build() -> bytes:
+        from PIL import Image, ImageDraw
+
+        w, h = size
+        image = Image.new("RGB", size)
+        image.putdata([((x * 255) // w, (y * 255) // h, (seed * 60) % 256) for y in range(h) for x in range(w)])
+        ImageDraw.Draw(image).rectangle((w // 8, h // 4, w // 3, h // 2), fill=(250, 240, 20))
+        out = io.BytesIO()
+        image.save(out, "PNG")
+        return out.getvalue()
+    return build
+
+
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
     "calc-double": {"stock.xlsx": xlsx(SALES),
@@ -124,4 +139,6 @@ FILES: dict[str, dict[str, Builder]] = {
                           "order_gold.txt": text("name=Ana Lima\ncity=Porto\nqty=3\nnewsletter=no\ngift=no\n")},
     "chrome-bookmark": {"recipes.html": page("recipes.html")},
     "chrome-close-tab": {name: page(name) for name in ("recipes.html", "travel.html", "order.html")},
+    "gimp-mirror": {"photo.png": png((240, 160), 1)},
+    "gimp-scale": {"banner.png": png((400, 200), 2)},
 }

@@ -214,6 +214,31 @@ add(Def(CHROME, "chrome-close-tab", task(
     ["pyautogui.hotkey('ctrl', '2')", "pyautogui.hotkey('ctrl', 'w')"], settle=0.5))
 
 
+# --- gimp: the image exported over itself, judged by OSWorld's image metrics -------------------------------
+
+GIMP = "gimp"
+IMAGE_MENU = "pyautogui.click(396, 65)"
+# File > Overwrite <name> (the image's own file, as imported), then Export in PNG's options dialog
+OVERWRITE = ["pyautogui.click(219, 65)", "pyautogui.click(297, 376)", "pyautogui.press('enter')"]
+
+
+def gimp(slug: str, name: str, instruction: str, evaluator: dict[str, Any], actions: list[str]) -> None:
+    path = f"{HOME}/{name}"
+    add(Def(GIMP, slug, task(slug, GIMP, instruction, [download(GIMP, slug, name), launch(["gimp", path])],
+                             ["gimp"], evaluator), f"{name.split('.')[0]}.*GIMP", actions))
+
+
+gimp("gimp-mirror", "photo.png", "Flip the open image horizontally and overwrite photo.png with the result.",
+     {"func": "check_image_mirror", "result": vm_file(f"{HOME}/photo.png"),
+      "expected": {**cloud_file(GIMP, "gimp-mirror", "photo.png"), "dest": "photo_original.png"}},
+     [IMAGE_MENU, "pyautogui.click(431, 226)", "pyautogui.click(760, 228)", *OVERWRITE])
+gimp("gimp-scale", "banner.png",
+     "Scale the open image to 100 pixels wide, keeping its aspect ratio, and overwrite banner.png with it.",
+     {"func": "check_image_size", "result": vm_file(f"{HOME}/banner.png"), "expected": rule(width=100, height=50)},
+     [IMAGE_MENU, "pyautogui.click(444, 351)", "pyautogui.write('100')", "pyautogui.press('tab')",
+      "pyautogui.click(849, 593)", *OVERWRITE])
+
+
 def main() -> None:
     seen: set[str] = set()
     for d in DEFS:
