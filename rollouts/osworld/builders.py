@@ -117,6 +117,9 @@ def png(size: tuple[int, int], seed: int) -> Builder:
     return build
 
 
+# VLC's first start asks about network access and metadata; a vlcrc with the question answered, as on OSWorld's VMs
+VLCRC = "[qt] # Qt interface\nqt-privacy-ask=0\n\n[core] # core program\nmetadata-network-access=0\n"
+
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
     "calc-double": {"stock.xlsx": xlsx(SALES),
@@ -141,4 +144,6 @@ FILES: dict[str, dict[str, Builder]] = {
     "chrome-close-tab": {name: page(name) for name in ("recipes.html", "travel.html", "order.html")},
     "gimp-mirror": {"photo.png": png((240, 160), 1)},
     "gimp-scale": {"banner.png": png((400, 200), 2)},
+    "vlc-one-instance": {"vlcrc": text(VLCRC)},
+    "vlc-minimal-view": {"vlcrc": text(VLCRC)},
 }

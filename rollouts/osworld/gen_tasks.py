@@ -239,6 +239,31 @@ gimp("gimp-scale", "banner.png",
       "pyautogui.click(849, 593)", *OVERWRITE])
 
 
+# --- vlc: VLC's preferences (Tools > Preferences, Save), judged on its vlcrc by OSWorld's vlc metrics ---------
+
+VLC = "vlc"
+# OSWorld's VMs have VLC's first-run privacy question answered; here a vlcrc saying so is downloaded first
+VLC_START = "VLC_VERBOSE=-1 vlc --no-audio --no-video-title-show"
+
+
+def vlc(slug: str, instruction: str, func: str, rules: dict[str, Any], actions: list[str]) -> None:
+    # OSWorld's vlc_config getter finds vlcrc with `python -c "import pyautogui; ..."`, which this desktop's
+    # python3 cannot run (no pyautogui): the file is read by its path instead
+    add(Def(VLC, slug, task(
+        slug, VLC, instruction, [download(VLC, slug, "vlcrc", into=f"{HOME}/.config/vlc"), launch(VLC_START, True)],
+        ["vlc"], {"func": func, "result": vm_file(f"{HOME}/.config/vlc/vlcrc"), "expected": rule(**rules)}),
+        "^VLC media player$", actions, settle=0.5))
+
+
+PREFERENCES, SAVE = "pyautogui.hotkey('ctrl', 'p')", "pyautogui.click(904, 729)"
+vlc("vlc-one-instance", "When VLC is started from the file manager, let it open a new instance every time "
+    "instead of reusing the running one. Change it in VLC's preferences.",
+    "check_one_instance_when_started_from_file", {"expected_one_instance_when_started_from_file": 0},
+    [PREFERENCES, "pyautogui.click(280, 541)", SAVE])
+vlc("vlc-minimal-view", "Make VLC start in minimal view mode, in its preferences.",
+    "check_qt_minimal_view", {"expected_qt_minimal_view": 1}, [PREFERENCES, "pyautogui.click(418, 331)", SAVE])
+
+
 def main() -> None:
     seen: set[str] = set()
     for d in DEFS:
