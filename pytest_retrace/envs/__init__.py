@@ -147,12 +147,13 @@ def check_port(port: object) -> int:
     return port
 
 
-def forward(env: Environment, port: int) -> tuple[str, int]:
-    """Where the harness reaches TCP `port` of the desktop: ``env.forward(port)``, an optional capability, used
-    by OSWorld's chrome setup steps and getters (its DevTools port, behind the tasks' own ``socat`` on 9222).
-    xvfb relays the task's own loopback (each task has a network namespace of its own); docker and remote give
-    the guest's address, where a port the task listens on all addresses (socat's) is reached, as OSWorld's
-    harness reaches its VM. A provider without it is an EnvError naming the provider."""
+def forward(env: Environment, port: int) -> int:
+    """The port of the harness's 127.0.0.1 relayed to TCP `port` of the desktop: ``env.forward(port)``, an
+    optional capability, used by OSWorld's chrome setup steps and getters (Chrome's DevTools, behind the tasks'
+    own ``socat`` on 9222). xvfb relays the task's own loopback (each task has a network namespace of its own);
+    docker and remote relay the guest's address, where a port the task listens on all addresses (socat's) is
+    reached, as OSWorld's harness reaches its VM's (envs/ports.py). Until the next reset or close. A provider
+    without it is an EnvError naming the provider."""
     method = getattr(env, "forward", None)
     if method is None:
         raise EnvError(f"the {env.name} environment cannot reach a port of its desktop (no forward())")

@@ -47,6 +47,11 @@ def chrome_task(tag: str, *, network: bool = False) -> Task:
                                 "evaluator": _TRUE, "network": network})
 
 
+def relayed(env: XvfbEnvironment, port: int = 9222) -> tuple[str, int]:
+    """Where the harness reaches the task's DevTools (socat's 9222): its own loopback, at the relay's port."""
+    return "127.0.0.1", forward(env, port)
+
+
 def wait_for_devtools(address: tuple[str, int]) -> dict[str, Any]:
     """DevTools' /json/version through the relay, once socat and chromium both answer."""
     host, port = address
@@ -128,12 +133,22 @@ def test_a_provider_without_forward_is_an_env_error() -> None:
         forward(SimpleNamespace(name="fake"), 9222)  # type: ignore[arg-type]
 
 
-def test_remote_reaches_the_port_at_the_guests_host() -> None:
-    env = RemoteEnvironment(urls="http://10.0.0.5:5000")
+def test_remote_relays_the_port_at_the_guests_host() -> None:
+    env = RemoteEnvironment(urls="http://127.0.0.1:5000")
     with pytest.raises(EnvError, match="not started"):
         env.forward(9222)
-    env.attach("http://10.0.0.5:5000", None, probe=False)
-    assert forward(env, 9222) == ("10.0.0.5", 9222)
+    with socket.create_server(("127.0.0.1", 0)) as guest:  # the guest's socat, on its host (here loopback)
+        env.attach(f"http://127.0.0.1:{guest.getsockname()[1] + 1}", None, probe=False)
+        local = forward(env, guest.getsockname()[1])
+        assert local != guest.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", local), timeout=10) as conn:
+            served, _ = guest.accept()
+            with served:
+                served.sendall(b"from the guest")
+                assert conn.recv(100) == b"from the guest"
+        env.close()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", local), timeout=5).close()
 
 
 # -- on a real desktop -----------------------------------------------------------------------------------------
@@ -146,7 +161,7 @@ def test_google_chrome_is_on_the_tasks_path_beside_the_machines_programs(env: Xv
     assert found.returncode == 0, found.stderr
     lines = found.stdout.splitlines()
     assert lines[:2] == ["/usr/local/bin/google-chrome", "/usr/bin/socat"]
-    assert set(p.name for p in Path("/usr/local/bin").iterdir()) <= set(lines)  # laid over, nothing hidden
+    assert {p.name for p in Path("/usr/local/bin").iterdir()} <= set(lines)  # laid over, nothing hidden
     assert 'exec chromium --no-first-run' in found.stdout and '--user-data-dir="$HOME/.config/google-chrome"' in found.stdout
     assert env.run("echo x > /usr/local/bin/google-chrome").returncode != 0  # read-only for the task
 
@@ -155,8 +170,8 @@ def test_google_chrome_is_on_the_tasks_path_beside_the_machines_programs(env: Xv
 def test_osworld_setup_and_getters_drive_the_tasks_chrome_through_forward(
         env: XvfbEnvironment, osworld: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
     env.reset(chrome_task("one"), Path("."))
-    address = forward(env, 9222)
-    assert address[0] == "127.0.0.1" and address[1] != 9222
+    address = relayed(env)
+    assert address[1] != 9222
     assert "Chrome/" in wait_for_devtools(address)["Browser"]
     # the profile is where OSWorld's getters read Chrome's files
     assert env.run("test -d ~/.config/google-chrome/Default").returncode == 0
@@ -178,7 +193,9 @@ def test_osworld_setup_and_getters_drive_the_tasks_chrome_through_forward(
 
     desk = osworld_env(address)
     tabs = osworld.chrome.get_open_tabs_info(desk, {})
-    assert tabs == [{"title": "one alpha", "url": urls[0]}, {"title": "one beta", "url": urls[1]}]
+    # in the order playwright met the pages, which varies between runs
+    assert sorted(tabs, key=lambda t: t["url"]) == [{"title": "one alpha", "url": urls[0]},
+                                                    {"title": "one beta", "url": urls[1]}]
     active = osworld.chrome.get_active_tab_info(desk, {"goto_prefix": "http://"})
     assert active is not None and active["title"] == "one beta" and active["url"] == urls[1]
 
@@ -191,7 +208,7 @@ def test_osworld_setup_and_getters_drive_the_tasks_chrome_through_forward(
 def test_two_desktops_each_have_their_own_9222(env: XvfbEnvironment, second: XvfbEnvironment) -> None:
     env.reset(chrome_task("one"), Path("."))
     second.reset(chrome_task("two"), Path("."))
-    ours, theirs = forward(env, 9222), forward(second, 9222)
+    ours, theirs = relayed(env), relayed(second)
     assert ours != theirs
     for address, tag in ((ours, "one"), (theirs, "two")):
         wait_for_devtools(address)
@@ -201,14 +218,14 @@ def test_two_desktops_each_have_their_own_9222(env: XvfbEnvironment, second: Xvf
 @pytest.mark.desktop
 def test_a_forward_ends_with_its_task(env: XvfbEnvironment) -> None:
     env.reset(chrome_task("one"), Path("."))
-    old = forward(env, 9222)
+    old = relayed(env)
     wait_for_devtools(old)
-    assert forward(env, 9222) == old  # one relay per port and task
+    assert relayed(env) == old  # one relay per port and task
     env.reset(Task.model_validate({"id": "t", "instruction": "x", "domain": "test", "evaluator": _TRUE}), Path("."))
     with pytest.raises(OSError):
         socket.create_connection(old, timeout=5).close()
     # a port nothing listens on in the new task: the relay accepts, then closes the connection unanswered
-    assert answer(forward(env, 9222)) == b""
+    assert answer(relayed(env)) == b""
 
 
 @pytest.mark.desktop
@@ -216,7 +233,7 @@ def test_a_task_with_the_network_cannot_use_a_relay(env: XvfbEnvironment, second
     # a task on the harness's own loopback reaches the relay's port; the relay must not serve it another
     # desktop's browser (nor its own: only the harness drives DevTools)
     env.reset(chrome_task("one"), Path("."))
-    address = forward(env, 9222)
+    address = relayed(env)
     wait_for_devtools(address)
     second.reset(Task.model_validate({"id": "t", "instruction": "x", "domain": "test", "evaluator": _TRUE,
                                       "network": True}), Path("."))

@@ -194,6 +194,8 @@ class DockerEnvironment:
         if self._client is None:
             raise EnvError("the environment is not started")
         self._remove(self._current)
+        if self._guest is not None:
+            self._guest.close()  # its relays (forward) reach the container just removed
         self._current = self._guest = None
         net = self._network_for("host" if task.network or self.network == "host" else "none")
         spare, self._spare = self._spare, None
@@ -298,6 +300,8 @@ class DockerEnvironment:
         try:
             for box in (self._current, self._spare):
                 self._remove(box)
+            if self._guest is not None:
+                self._guest.close()
             self._current = self._spare = self._guest = None
         finally:
             with contextlib.suppress(Exception):
@@ -346,9 +350,9 @@ class DockerEnvironment:
             guest.perform(["xdotool", *args], action.describe(), timeout)
         return guest.settle(before)
 
-    def forward(self, port: int) -> tuple[str, int]:
-        """`port` at the container's address (``RemoteEnvironment.forward``): where the task listens on all
-        addresses (OSWorld's socat on 9222). A remote engine publishes the guest's port alone."""
+    def forward(self, port: int) -> int:
+        """A loopback port relayed to `port` at the container's address (``RemoteEnvironment.forward``), where the
+        task listens on all addresses (OSWorld's socat on 9222). A remote engine publishes the guest's port alone."""
         if self._remote_engine:
             raise EnvError(f"docker engine {self.engine}: only the guest's port is published, not port {port}")
         return self.guest.forward(port)

@@ -67,8 +67,8 @@ from pytest_retrace.envs import (
     DisplayBlocked,
     EnvError,
     check_on_screen,
-    check_port,
 )
+from pytest_retrace.envs.ports import Relays
 from pytest_retrace.envs.remote import windows as win
 from pytest_retrace.envs.remote.actions import action_program, release_program
 from pytest_retrace.envs.remote.client import (
@@ -132,6 +132,7 @@ class RemoteEnvironment(GuestFiles):
         self._cases = 0  # resets done: without a reset command only one case may run on a guest
         self.window_tool: str | None = None  # "xdotool", "wmctrl" or "" (neither), found at start
         self._task_cpu: bool | None = None  # False: the guest cannot tell (task_cpu_seconds)
+        self._relays = Relays()  # forward()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,10 +237,11 @@ class RemoteEnvironment(GuestFiles):
 
     def close(self) -> None:
         self._client = None  # nothing held open: urllib connects per request
+        self._relays.close()
 
-    def forward(self, port: int) -> tuple[str, int]:
-        """`port` at the guest's host, as OSWorld's harness reaches its VM's (the tasks' socat on 9222)."""
-        return urllib.parse.urlsplit(self.client.url).hostname or "localhost", check_port(port)
+    def forward(self, port: int) -> int:
+        """A loopback port relayed to `port` at the guest's host (envs/ports.py), as OSWorld reaches its VM's."""
+        return self._relays.forward(port, urllib.parse.urlsplit(self.client.url).hostname or "localhost")
 
     # -- requests ----------------------------------------------------------------------------------
     @property

@@ -32,15 +32,15 @@ from pathlib import Path
 import numpy as np
 
 from pytest_retrace.actions import Action
-from pytest_retrace.envs import ActionFailed, CommandResult, EnvError, check_on_screen, check_port
+from pytest_retrace.envs import ActionFailed, CommandResult, EnvError, check_on_screen
 from pytest_retrace.envs.desktop import TEMPLATE
 from pytest_retrace.envs.guestfs import MAX_READ
+from pytest_retrace.envs.ports import Relays
 from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
 from pytest_retrace.envs.xvfb.keymap import Keymap
-from pytest_retrace.envs.xvfb.ports import Relay
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
@@ -64,7 +64,7 @@ class XvfbEnvironment(XDesktop):
         self.network = network  # for tasks that do not ask for the network themselves
         self.hide = tuple(Path(p) for p in hide)
         self.memory_limit = memory_limit  # bytes, for all processes of a task together
-        self._relays: dict[int, Relay] = {}  # forward(): the current task's ports, by port
+        self._relays = Relays()  # forward(): the current task's ports
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -91,7 +91,7 @@ class XvfbEnvironment(XDesktop):
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self.root is None:
             raise EnvError("the environment is not started")
-        self._close_relays()
+        self._relays.close()
         self.kill_session()
         self._restart_display()
         assert self.sandbox is not None
@@ -107,7 +107,7 @@ class XvfbEnvironment(XDesktop):
         if self.root is None:
             return
         try:
-            self._close_relays()
+            self._relays.close()
             if self.sandbox is not None:
                 self.sandbox.close()  # its processes, then its control group
         finally:
@@ -131,20 +131,12 @@ class XvfbEnvironment(XDesktop):
             self.sandbox.kill()
 
     # -- ports -------------------------------------------------------------------------------------
-    def forward(self, port: int) -> tuple[str, int]:
-        """TCP `port` of the task's own loopback as an address on the harness's (a relay, ports.py): what
+    def forward(self, port: int) -> int:
+        """The harness's loopback port relayed to TCP `port` of the task's own loopback (envs/ports.py), what
         OSWorld's chrome steps and getters connect to. Until the next reset or close."""
-        check_port(port)
         if self.sandbox is None:
             raise EnvError("the environment is not started")
-        if port not in self._relays:
-            self._relays[port] = Relay(self.sandbox.netns, port)
-        return self._relays[port].address
-
-    def _close_relays(self) -> None:
-        for relay in self._relays.values():
-            relay.close()
-        self._relays.clear()
+        return self._relays.forward(port, netns=self.sandbox.netns)
 
     # -- files -------------------------------------------------------------------------------------
     @property

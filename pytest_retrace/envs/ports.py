@@ -1,15 +1,19 @@
-"""A TCP port of the task's own loopback, reached from the harness (``XvfbEnvironment.forward``).
+"""A TCP port of a desktop, relayed to a port of the harness's own loopback (``Environment.forward``).
 
-A task without the network has a network namespace of its own (sandbox.py): its ``127.0.0.1:9222`` is not the
-harness's, which is what lets sixteen desktops each run OSWorld's ``socat tcp-listen:9222`` and a browser with a
-DevTools port. OSWorld's harness reaches that port over the VM's network (``connect_over_cdp``, its chrome
-setup steps and getters); here a :class:`Relay` listens on the harness's ``127.0.0.1`` (a port the kernel picks)
-and opens each upstream connection inside the task's namespace.
+OSWorld's code reaches a VM at one address, ``vm_ip``: its server on ``server_port`` and Chrome's DevTools on
+``chromium_port`` (its setup steps and getters call ``connect_over_cdp(f"http://{vm_ip}:{chromium_port}")``). The
+harness serves that VM API on ``127.0.0.1`` in front of the environment (osworld/connect.py), so every desktop
+port OSWorld's code needs is given on ``127.0.0.1`` too, by a :class:`Relay`:
 
-How a connection gets into the namespace: a socket belongs to the namespace it was created in, whichever thread
-uses it later, and ``setns(CLONE_NEWNET)`` moves only the calling thread. So each accepted connection is served
-by a thread of its own that enters the task's namespace, creates and connects its upstream socket, relays, and
-ends with the connection: no other thread of the worker (the X thread, pytest's) ever changes namespace.
+- **xvfb**: a task without the network has a network namespace of its own (xvfb/sandbox.py): its
+  ``127.0.0.1:9222`` is not the harness's, which is what lets sixteen desktops each run OSWorld's ``socat
+  tcp-listen:9222`` beside a browser with a DevTools port. The relay opens each upstream connection inside that
+  namespace. A socket belongs to the namespace it was created in, whichever thread uses it later, and
+  ``setns(CLONE_NEWNET)`` moves only the calling thread; so each accepted connection is served by a thread of its
+  own that enters the namespace, creates and connects its upstream socket, relays, and ends with the connection:
+  no other thread of the worker (the X thread, pytest's) ever changes namespace.
+- **docker, remote**: a plain relay to the container's or the guest's address, where a port the task listens on
+  all addresses (socat's) is reached, as OSWorld's harness reaches its VM's.
 
 Only the harness may use a relay: a task that has the network shares the harness's loopback and could otherwise
 connect to another desktop's relay. A connection is accepted when the socket it comes from belongs to this
@@ -33,18 +37,19 @@ _CHUNK = 1 << 16
 
 
 class Relay:
-    """Connections to ``address`` (on the harness's 127.0.0.1) relayed to ``port`` in the network namespace
+    """Connections to 127.0.0.1:``local_port`` relayed to ``host:port``, seen from the network namespace
     ``netns`` (a ``/proc/PID/ns/net`` path; None: the harness's own). Until :meth:`close`."""
 
-    def __init__(self, netns: str | None, port: int) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", netns: str | None = None) -> None:
         self.port = check_port(port)
+        self.host = host
         try:
             # held open: the namespace stays what this relay means even if its init is already going
             self._ns = os.open(netns, os.O_RDONLY | os.O_CLOEXEC) if netns is not None else None
         except OSError as exc:
             raise EnvError(f"forward {port}: the task's network namespace is gone ({exc})") from None
         self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address: tuple[str, int] = self._listener.getsockname()[:2]
+        self.local_port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._closed = False
@@ -56,8 +61,8 @@ class Relay:
                 client, peer = self._listener.accept()
             except OSError:
                 return  # closed
-            if _socket_uid(peer[1], self.address[1]) != os.geteuid():
-                client.close()  # not the harness's: a task with the network reaching for another desktop
+            if _socket_uid(peer[1], self.local_port) != os.geteuid():
+                client.close()  # not the harness's: a task with the network reaching for a desktop's port
                 continue
             threading.Thread(target=self._serve, args=(client,), name=f"retrace-relay-{self.port}-conn",
                              daemon=True).start()
@@ -74,7 +79,9 @@ class Relay:
             if not self._track(upstream):
                 return
             try:
-                upstream.connect(("127.0.0.1", self.port))
+                upstream.settimeout(30)
+                upstream.connect((self.host, self.port))
+                upstream.settimeout(None)
             except OSError:
                 return  # nothing listens there (yet): as a refused connection would look to the client
             back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
@@ -114,6 +121,25 @@ class Relay:
         if self._ns is not None:
             os.close(self._ns)
             self._ns = None
+
+
+class Relays:
+    """A provider's relays, one per desktop port, closed together (at reset, when the desktop changes, and
+    at close)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, Relay] = {}
+
+    def forward(self, port: int, host: str = "127.0.0.1", netns: str | None = None) -> int:
+        """The loopback port relayed to ``host:port`` (from ``netns``), made on first use."""
+        if check_port(port) not in self._open:
+            self._open[port] = Relay(port, host, netns)
+        return self._open[port].local_port
+
+    def close(self) -> None:
+        for relay in self._open.values():
+            relay.close()
+        self._open.clear()
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
