@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -120,6 +121,66 @@ def png(size: tuple[int, int], seed: int) -> Builder:
 # VLC's first start asks about network access and metadata; a vlcrc with the question answered, as on OSWorld's VMs
 VLCRC = "[qt] # Qt interface\nqt-privacy-ask=0\n\n[core] # core program\nmetadata-network-access=0\n"
 
+# A Thunderbird profile: Local Folders with an Inbox, and one POP account that never connects (an identity, so
+# Thunderbird opens its mail window instead of the account set-up), every first-run question answered.
+TB_PREFS = {
+    "mail.accountmanager.accounts": "account1,account2", "mail.accountmanager.defaultaccount": "account2",
+    "mail.accountmanager.localfoldersserver": "server1",
+    "mail.account.account1.server": "server1", "mail.server.server1.type": "none",
+    "mail.server.server1.hostname": "Local Folders", "mail.server.server1.name": "Local Folders",
+    "mail.server.server1.userName": "nobody", "mail.server.server1.directory-rel": "[ProfD]Mail/Local Folders",
+    "mail.account.account2.server": "server2", "mail.account.account2.identities": "id1",
+    "mail.server.server2.type": "pop3", "mail.server.server2.hostname": "pop.example.invalid",
+    "mail.server.server2.name": "ana@example.org", "mail.server.server2.userName": "ana",
+    "mail.server.server2.login_at_startup": False, "mail.server.server2.check_new_mail": False,
+    "mail.server.server2.directory-rel": "[ProfD]Mail/pop.example.invalid",
+    "mail.identity.id1.useremail": "ana@example.org", "mail.identity.id1.fullName": "Ana Lima",
+    "mail.shell.checkDefaultClient": False, "mail.provider.enabled": False, "mailnews.start_page.enabled": False,
+    "mail.rights.version": 1, "app.update.auto": False, "app.update.enabled": False,
+    "datareporting.policy.dataSubmissionPolicyBypassNotification": True,
+    "toolkit.telemetry.reportingpolicy.firstRun": False, "mail.spotlight.firstRunDone": True,
+    "mail.winsearch.firstRunDone": True, "mail.inbox.show_tip": False, "mail.uidensity": 1,
+}
+INBOX = [("Bo Chen <bo@example.org>", "Lunch on Friday", "Shall we meet at noon?"),
+         ("Prize Team <win@example.net>", "You won a prize", "Click here to claim it."),
+         ("Ana Lima <ana@example.org>", "Slides for Monday", "Attached are the slides.")]
+
+
+def mbox(messages: list[tuple[str, str, str]]) -> str:
+    out = []
+    for i, (sender, subject, body) in enumerate(messages):
+        out.append(f"From - Mon Jan  1 0{i}:00:00 2024\nFrom: {sender}\nTo: Ana Lima <ana@example.org>\n"
+                   f"Subject: {subject}\nDate: Mon, 1 Jan 2024 0{i}:00:00 +0000\n"
+                   f"Message-ID: <{i}@retrace.example>\nMIME-Version: 1.0\n"
+                   f"Content-Type: text/plain; charset=UTF-8\n\n{body}\n\n")
+    return "".join(out)
+
+
+def thunderbird_profile() -> bytes:
+    import gzip
+    import tarfile
+
+    def prefs() -> str:
+        return "".join(f'user_pref("{k}", {json.dumps(v)});\n' for k, v in TB_PREFS.items())
+
+    files = {".thunderbird/retrace.default/user.js": prefs(),
+             ".thunderbird/retrace.default/Mail/Local Folders/Inbox": mbox(INBOX),
+             ".thunderbird/retrace.default/Mail/Local Folders/Trash": "",
+             ".thunderbird/profiles.ini": "[General]\nStartWithLastProfile=1\n\n[Profile0]\nName=default\n"
+                                          "IsRelative=1\nPath=retrace.default\nDefault=1\n"}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, body in sorted(files.items()):
+            data = body.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 1704067200, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
     "calc-double": {"stock.xlsx": xlsx(SALES),
@@ -146,4 +207,6 @@ FILES: dict[str, dict[str, Builder]] = {
     "gimp-scale": {"banner.png": png((400, 200), 2)},
     "vlc-one-instance": {"vlcrc": text(VLCRC)},
     "vlc-minimal-view": {"vlcrc": text(VLCRC)},
+    "tb-delete-spam": {"thunderbird-profile.tar.gz": thunderbird_profile},
+    "tb-new-folder": {"thunderbird-profile.tar.gz": thunderbird_profile},
 }

@@ -264,6 +264,32 @@ vlc("vlc-minimal-view", "Make VLC start in minimal view mode, in its preferences
     "check_qt_minimal_view", {"expected_qt_minimal_view": 1}, [PREFERENCES, "pyautogui.click(418, 331)", SAVE])
 
 
+# --- thunderbird: a profile with local mail, unpacked and started as OSWorld's tasks do ----------------------
+
+TB = "thunderbird"
+PROFILE = f"{HOME}/.thunderbird/retrace.default"
+LOCAL = f"{PROFILE}/Mail/Local Folders"
+
+
+def thunderbird(slug: str, instruction: str, evaluator: dict[str, Any], actions: list[str]) -> None:
+    config = [download(TB, slug, "thunderbird-profile.tar.gz"),
+              execute(["tar", "-xzf", f"{HOME}/thunderbird-profile.tar.gz", "-C", HOME]),
+              launch(["thunderbird", "-profile", PROFILE])]
+    add(Def(TB, slug, task(slug, TB, instruction, config, ["thunderbird"], evaluator), "Mozilla Thunderbird$",
+            actions, settle=1.0))
+
+
+thunderbird("tb-delete-spam", "Delete the message 'You won a prize' from the Inbox of Local Folders.",
+            {"func": "exact_match",
+             "result": command_line(f"grep -c '^Subject: You won a prize' '{LOCAL}/Trash'"),
+             "expected": rule(expected="1\n")}, ["pyautogui.click(59, 131)", "pyautogui.click(150, 160)", "pyautogui.click(400, 217)",
+             "pyautogui.press('delete')"])
+thunderbird("tb-new-folder", "Create a folder named Receipts in Local Folders.",
+            {"func": "check_include_exclude", "result": command_line(f"ls '{LOCAL}'"),
+             "expected": rule(include=["Receipts"], exclude=[])}, ["pyautogui.rightClick(143, 131)", "pyautogui.click(201, 232)", "pyautogui.write('Receipts')",
+             "pyautogui.press('enter')"])
+
+
 def main() -> None:
     seen: set[str] = set()
     for d in DEFS:
