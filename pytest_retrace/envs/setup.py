@@ -3,62 +3,16 @@ container or a remote guest makes exactly the initial state the local desktop do
 
 from __future__ import annotations
 
-import math
-import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.envs.steps import ActivateStep, AnyStep, CommandStep, FileStep, SettleStep, TaskSetup
+from pytest_retrace.envs.xdotool import activate_command
 from pytest_retrace.screen.frames import Rect, apply_masks, changed_pixels
 from pytest_retrace.screen.settle import SettleConfig, wait_stable
 
-# `activate`, run by the environment's shell: OSWorld's server runs `wmctrl -a NAME` (-F: the exact title, -x:
-# WM_CLASS), once. Here a launch returns before its window shows and OSWorld's `sleep` steps are not kept, so
-# the window is waited for. xdotool first — only visible windows, matched below by wmctrl's rules: a
-# substring ignoring case, or the whole string —, else wmctrl itself (an OSWorld VM has it, maybe not
-# xdotool). Arguments: NAME exact|contains title|class SECONDS. Exit 3: no such window in time.
-_ACTIVATE = r"""
-name=$1 how=$2 field=$3 end=$(( $(date +%s) + $4 ))  # whole seconds: waits $4 to $4 + 1 s
-value() {  # the title of window $1, or its WM_CLASS as instance.Class
-  if [ "$field" = class ]; then
-    xprop -id "$1" WM_CLASS 2>/dev/null | sed -n 's/^WM_CLASS([^)]*) = "\(.*\)", "\(.*\)"$/\1.\2/p'
-  else
-    xdotool getwindowname "$1" 2>/dev/null
-  fi
-}
-first() {  # the first visible window that matches, as xdotool lists them
-  opt=--name; [ "$field" = class ] && opt=--classname
-  for id in $(xdotool search --onlyvisible $opt . 2>/dev/null); do
-    v=$(value "$id")
-    if [ "$how" = exact ]; then [ "$v" = "$name" ] || continue
-    else printf '%s\n' "$v" | grep -qiF -e "$name" || continue; fi
-    echo "$id"
-    return
-  done
-}
-if command -v xdotool >/dev/null 2>&1; then
-  if [ "$field" = class ] && ! command -v xprop >/dev/null 2>&1; then
-    echo "matching WM_CLASS needs xprop (x11-utils), which is not installed" >&2; exit 127
-  fi
-  while :; do
-    id=$(first)
-    [ -n "$id" ] && exec xdotool windowactivate --sync "$id"
-    [ "$(date +%s)" -gt "$end" ] && exit 3
-    sleep 0.1
-  done
-elif command -v wmctrl >/dev/null 2>&1; then
-  flags=a; [ "$how" = exact ] && flags=Fa; [ "$field" = class ] && flags=x$flags
-  while :; do
-    wmctrl -$flags "$name" 2>/dev/null && exit 0
-    [ "$(date +%s)" -gt "$end" ] && exit 3
-    sleep 0.1
-  done
-fi
-echo "neither xdotool nor wmctrl is installed" >&2
-exit 127
-"""
 _NOT_FOUND = 3
 _GRACE = 15.0  # seconds on top of an activate step's timeout before the shell is killed (a hung WM)
 
@@ -93,13 +47,6 @@ def _apply(env: Environment, step: AnyStep, files: Path, masks: Sequence[Rect]) 
         _settle(env, step, masks)
     else:
         env.launch(step.command, window=step.window, timeout=step.timeout)
-
-
-def activate_command(step: ActivateStep) -> str:
-    """The shell command that performs `step` inside the environment."""
-    args = [step.window, "exact" if step.exact else "contains", "class" if step.by_class else "title",
-            str(math.ceil(step.timeout))]
-    return "sh -c " + shlex.quote(_ACTIVATE) + " sh " + shlex.join(args)
 
 
 def _activate(env: Environment, step: ActivateStep) -> None:

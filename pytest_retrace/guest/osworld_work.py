@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import io
 import posixpath
+import re
 import shlex
 import time
 import uuid
 from typing import Any
 
-from pytest_retrace.envs.setup import activate_command
 from pytest_retrace.envs.steps import ActivateStep
+from pytest_retrace.envs.xdotool import activate_command
 from pytest_retrace.guest.backend import GuestBackend
 from pytest_retrace.guest.requests import expand_home
 
@@ -136,10 +137,20 @@ def _verified(backend: GuestBackend, verification: dict[str, str]) -> bool:
     return True
 
 
+def window_name(name: str, by_class: bool) -> str:
+    """The window OSWorld's step means, on our desktops: OSWorld's VMs run Google Chrome, whose windows are titled
+    "… - Google Chrome" (WM_CLASS Google-chrome); ours run Debian's chromium as `google-chrome` (desktop.py's
+    launcher), titled "… - Chromium" (WM_CLASS chromium)."""
+    if by_class:
+        return re.sub(r"(?i)google-chrome", "chromium", name)
+    return re.sub(r"(?i)google chrome", "Chromium", name)
+
+
 def activate_window(backend: GuestBackend, name: str, strict: bool, by_class: bool) -> tuple[int, str]:
-    """OSWorld's /setup/activate_window, once (OSWorld runs ``wmctrl -a`` once): envs/setup.py's activate
+    """OSWorld's /setup/activate_window, once (OSWorld runs ``wmctrl -a`` once): envs/xdotool.py's activate
     script, which matches as wmctrl does (xdotool first, else wmctrl itself), given about a second."""
-    step = ActivateStep(type="activate", window=name, exact=strict, by_class=by_class, timeout=1.0)
+    step = ActivateStep(type="activate", window=window_name(name, by_class), exact=strict, by_class=by_class,
+                        timeout=1.0)
     res = backend.run(activate_command(step), True, 20)
     if res["returncode"] == 0:
         return 200, "Window activated successfully"
@@ -154,7 +165,7 @@ def close_window(backend: GuestBackend, name: str, strict: bool, by_class: bool)
     flags = ("x" if by_class else "") + ("F" if strict else "") + "c"
     script = ('command -v wmctrl >/dev/null 2>&1 || { echo "wmctrl is not installed on this desktop" >&2; exit 127; }\n'
               'exec wmctrl "$@"\n')
-    res = _sh(backend, script, [f"-{flags}", name])
+    res = _sh(backend, script, [f"-{flags}", window_name(name, by_class)])
     if res["returncode"] == 0:
         return 200, "Window closed successfully."
     if res["returncode"] == _NO_TOOL:
