@@ -420,7 +420,8 @@ def test_ctrl_c_leaves_no_container(client) -> None:
 @pytest.mark.desktop
 def test_retrace_build_on_docker_from_osworld_results(client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An OSWorld results directory (traj.jsonl, step screenshots, result.txt) with its task's config
-    (upload_file, launch, activate_window) and evaluator, through `retrace build --env docker`, end to end."""
+    (download, launch, activate_window) and evaluator, through `retrace build --env docker`, end to end: the case
+    keeps OSWorld's config, which desktop-env's SetupController runs against the container's desktop."""
     from pytest_retrace.cli import main
     from pytest_retrace.replay.cases import load_case
     from tests.dataset.test_osworld_setup import build_arguments, check_the_case_sets_up
@@ -429,5 +430,6 @@ def test_retrace_build_on_docker_from_osworld_results(client, tmp_path: Path, mo
     assert main([*build_arguments(tmp_path), "--env", "docker"]) == 0
     [path] = sorted((tmp_path / "cases").rglob("*.yaml"))
     case = load_case(path)
-    assert case.metadata["kind"] == "hidden-state" and [s.type for s in case.task.setup] == ["file", "launch", "activate"]
+    assert case.metadata["kind"] == "hidden-state" and case.task.setup == [] and case.task.osworld is not None
+    assert [step["type"] for step in case.task.osworld.config] == ["download", "launch", "activate_window"]
     check_the_case_sets_up(DockerEnvironment(settle=FAST), case)
