@@ -33,7 +33,8 @@
 Options (``--retrace-env-option KEY=VALUE`` or ``envs/NAME.yaml``): ``image`` (a prebuilt desktop image, not
 built here), ``hosts``, ``memory`` (``"4g"`` or bytes), ``cpus``, ``pids_limit``, ``timeout`` (seconds one
 request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve), ``spare``
-(boot the next case's container during this one; default false).
+(boot the next case's container during this one; default false), ``variant`` (``osworld``: the image with
+OSWorld's apps, envs/docker/desktop-image/packages-osworld.txt; default ``default``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import CommandResult, EnvError, check_on_screen
+from pytest_retrace.envs.docker.image import check_variant
 from pytest_retrace.envs.docker.options import parse_hosts, parse_memory
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.remote.pool import worker_index
@@ -101,7 +103,8 @@ class DockerEnvironment:
     def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
                  hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
-                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = False) -> None:
+                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = False,
+                 variant: str = "default") -> None:
         if network not in NETWORKS:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORKS)}")
         self.size = (int(size[0]), int(size[1]))
@@ -109,6 +112,10 @@ class DockerEnvironment:
         self.network = network
         self.hide = tuple(hide)  # nothing of this machine is in the container to hide
         self.image = image
+        self.variant = check_variant(variant)
+        if image is not None and variant != "default":
+            raise ValueError(f"variant: {variant!r} builds its own image; image={image!r} names a prebuilt one: "
+                             "give one of the two")
         self.hosts = parse_hosts(hosts)
         self.memory = parse_memory(memory)
         if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus <= 0:
@@ -149,7 +156,7 @@ class DockerEnvironment:
         if self.image is None:
             from pytest_retrace.envs.docker.image import ensure_image
 
-            self.image = ensure_image(self._client, self.engine)
+            self.image = ensure_image(self._client, self.engine, self.variant)
         else:
             import docker.errors
 

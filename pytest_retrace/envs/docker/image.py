@@ -12,6 +12,11 @@ No registry is assumed reachable, so the base is made here too, in two content-a
 A tag names its inputs' hash (the recipe files, and for the desktop the package's source), so an image that
 exists is the image these files describe and is reused, and a changed recipe or source builds a new one.
 Builds take a file lock per engine: sixteen xdist workers starting at once build once.
+
+**Variants** add Debian packages to the base (``VARIANTS``): ``osworld`` is ``packages.txt`` plus
+``packages-osworld.txt`` (OSWorld's apps: GIMP, Impress, Thunderbird, VLC), as ``pytest-retrace-base-osworld``
+and ``pytest-retrace-desktop-osworld``. The default variant's inputs, and so its tags, are what they were before
+variants existed: choosing another one never rebuilds or replaces the default image.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import fcntl
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -38,6 +44,18 @@ BASE_REPO = "pytest-retrace-base"
 DESKTOP_REPO = "pytest-retrace-desktop"
 SUITE = "bookworm"
 BUILD_TIMEOUT = 1800.0
+# A variant's extra package lists, read after packages.txt (the docker provider's `variant` option).
+VARIANTS: dict[str, tuple[str, ...]] = {"default": (), "osworld": ("packages-osworld.txt",)}
+
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: {variant!r} is not one of {', '.join(VARIANTS)} (the package lists in {RECIPE})")
+    return variant
+
+
+def _repository(repo: str, variant: str) -> str:
+    return repo if variant == "default" else f"{repo}-{check_variant(variant)}"
 
 
 def cache_dir() -> Path:
@@ -70,16 +88,21 @@ def _source_files() -> Iterator[tuple[str, Path]]:
             yield f"home/{path.relative_to(TEMPLATE).as_posix()}", path
 
 
-def base_tag() -> str:
-    recipe = [(RECIPE / n).read_bytes() for n in ("packages.txt", "requirements.txt")]
-    return f"{BASE_REPO}:{_digest(SUITE.encode(), *recipe, *(h.encode() for h in _HOOKS))}"
+def _package_lists(variant: str) -> tuple[str, ...]:
+    return ("packages.txt", *VARIANTS[check_variant(variant)])
 
 
-def desktop_tag() -> str:
-    parts = [base_tag().encode(), (RECIPE / "Dockerfile").read_bytes()]
+def base_tag(variant: str = "default") -> str:
+    # the default's inputs exactly as before variants: its existing base and desktop images stay valid
+    recipe = [(RECIPE / n).read_bytes() for n in ("packages.txt", "requirements.txt", *VARIANTS[check_variant(variant)])]
+    return f"{_repository(BASE_REPO, variant)}:{_digest(SUITE.encode(), *recipe, *(h.encode() for h in _HOOKS))}"
+
+
+def desktop_tag(variant: str = "default") -> str:
+    parts = [base_tag(variant).encode(), (RECIPE / "Dockerfile").read_bytes()]
     for name, path in _source_files():
         parts += [name.encode(), path.read_bytes()]
-    return f"{DESKTOP_REPO}:{_digest(*parts)}"
+    return f"{_repository(DESKTOP_REPO, variant)}:{_digest(*parts)}"
 
 
 @contextlib.contextmanager
@@ -99,17 +122,17 @@ def _has(client: Any, tag: str) -> bool:
         return False
 
 
-def ensure_image(client: Any, engine: str = "local") -> str:
+def ensure_image(client: Any, engine: str = "local", variant: str = "default") -> str:
     """The desktop image's tag on `client`'s engine, built first if it is not there (EnvError if it cannot be)."""
-    tag = desktop_tag()
+    tag = desktop_tag(variant)
     if _has(client, tag):
         return tag
     with _locked("build-" + hashlib.sha256(engine.encode()).hexdigest()[:12]):
         if _has(client, tag):  # another worker built it while we waited
             return tag
-        base = base_tag()
+        base = base_tag(variant)
         if not _has(client, base):
-            tar = _base_tar(base)
+            tar = _base_tar(base, variant)
             repository, _, version = base.partition(":")
             client.api.import_image_from_file(str(tar), repository=repository, tag=version)
             if not _has(client, base):
@@ -118,7 +141,7 @@ def ensure_image(client: Any, engine: str = "local") -> str:
     return tag
 
 
-def _base_tar(tag: str) -> Path:
+def _base_tar(tag: str, variant: str = "default") -> Path:
     """The base root filesystem as a tar in the cache (made with mmdebstrap when missing)."""
     out = cache_dir() / f"{tag.replace(':', '-')}.tar"
     with _locked("base"):
@@ -133,7 +156,7 @@ def _base_tar(tag: str) -> Path:
             _wheels(wheels)
             partial = out.with_suffix(".partial")
             argv = ["mmdebstrap", "--variant=apt", "--quiet", "--format=tar",
-                    "--include=" + ",".join(_lines("packages.txt")),
+                    "--include=" + ",".join(p for name in _package_lists(variant) for p in _lines(name)),
                     f"--customize-hook=copy-in {wheels} /tmp", *(f"--customize-hook={h}" for h in _HOOKS),
                     SUITE, str(partial)]
             res = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False)
@@ -141,9 +164,11 @@ def _base_tar(tag: str) -> Path:
                 partial.unlink(missing_ok=True)
                 raise EnvError(f"mmdebstrap exited {res.returncode}: {res.stderr.strip()[-1500:]}")
             partial.rename(out)
-        for old in out.parent.glob(f"{BASE_REPO}-*.tar"):
-            if old != out:
-                old.unlink(missing_ok=True)  # an earlier recipe's: 0.8 GB each
+        repository = tag.partition(":")[0]
+        for old in out.parent.glob(f"{repository}-*.tar"):
+            # an earlier recipe's of this variant (0.8 GB and more each); another variant's tar is not one
+            if old != out and re.fullmatch(rf"{re.escape(repository)}-[0-9a-f]{{16}}\.tar", old.name):
+                old.unlink(missing_ok=True)
     return out
 
 
