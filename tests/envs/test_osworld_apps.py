@@ -4,8 +4,10 @@ provider's `osworld` image variant (envs/docker/desktop-image/packages-osworld.t
 
 Each test launches the app in a task (a reset, then `launch` as a case's setup step does), waits for its main
 window (not its splash), checks that the X server and the screenshot are 1920x1080 and that the window shows what
-the app drew, and prints the time to that window. An app that is not installed on the host is skipped, with the
-command that installs it; the docker tests skip without an engine, except under CI (RETRACE_REQUIRE_DOCKER=1).
+the app drew, and prints the time to that window. GIMP, Impress and VLC must then show the same pixels in the
+container as on the xvfb desktop, which a missing package (an image loader, a font) breaks. An app that is not
+installed on the host is skipped, with the command that installs it; the docker tests skip without an engine,
+except under CI (RETRACE_REQUIRE_DOCKER=1). Two tests without a desktop check how the variant is chosen and tagged.
 """
 
 from __future__ import annotations
