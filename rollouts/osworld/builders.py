@@ -181,6 +181,10 @@ def thunderbird_profile() -> bytes:
     return out.getvalue()
 
 
+SERVER_LOG = ("08:00 INFO start\n08:01 ERROR disk slow\n08:02 INFO retry\n08:03 ERROR disk full\n"
+              "08:04 WARN low memory\n08:05 ERROR gave up\n08:06 INFO stop\n")
+LETTER = ["Dear team,", "Our motto for the year:"]
+
 FILES: dict[str, dict[str, Builder]] = {
     "calc-total": {"sales.xlsx": xlsx(SALES), "sales_gold.xlsx": xlsx(SALES + [["Total", 17]])},
     "calc-double": {"stock.xlsx": xlsx(SALES),
@@ -209,4 +213,9 @@ FILES: dict[str, dict[str, Builder]] = {
     "vlc-minimal-view": {"vlcrc": text(VLCRC)},
     "tb-delete-spam": {"thunderbird-profile.tar.gz": thunderbird_profile},
     "tb-new-folder": {"thunderbird-profile.tar.gz": thunderbird_profile},
+    "multi-count-errors": {"server.log": text(SERVER_LOG), "report.xlsx": xlsx([["Errors"]]),
+                           "report_gold.xlsx": xlsx([["Errors", 3]])},
+    "multi-motto": {"motto.txt": text("Less, but better.\n"), "letter.docx": docx_file(LETTER),
+                    "letter_gold.docx": docx_file(LETTER + ["Less, but better."])},
+    "multi-save-order": {"order.html": page("order.html")},
 }

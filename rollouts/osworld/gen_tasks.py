@@ -290,6 +290,55 @@ thunderbird("tb-new-folder", "Create a folder named Receipts in Local Folders.",
              "pyautogui.press('enter')"])
 
 
+# --- multi_apps: a terminal beside another app ----------------------------------------------------------------
+
+MULTI = "multi_apps"
+# The desktop's window manager opens every window maximized; the terminal's own size and place (lower right)
+# are what its title bar's maximize button restores it to, so that the other app shows beside it.
+SIDE_XTERM = [*XTERM, "-geometry", "60x12+620+480"]
+UNMAXIMIZE = "pyautogui.click(1253, 9)"
+SIDE = "pyautogui.click(900, 600)"  # into the terminal
+CHROME_MINIMIZE = "pyautogui.click(1197, 20)"  # Chrome's own title-bar button: what lay under it shows again
+
+
+def multi(slug: str, instruction: str, config: list[dict[str, Any]], apps: list[str], evaluator: dict[str, Any],
+          actions: list[str]) -> None:
+    add(Def(MULTI, slug, task(slug, MULTI, instruction, config + [launch(SIDE_XTERM)], apps, evaluator), "^xterm$",
+            actions))
+
+
+multi("multi-count-errors",
+      "Count the lines of ~/server.log that contain ERROR, and write that number in B1 of the open workbook.",
+      [download(MULTI, "multi-count-errors", "server.log", "report.xlsx"), open_file(f"{HOME}/report.xlsx")],
+      ["libreoffice calc", "terminal"],
+      {"postconfig": save_postconfig("report.xlsx - LibreOffice Calc"), "func": "compare_table",
+       "result": vm_file(f"{HOME}/report.xlsx"), "expected": cloud_file(MULTI, "multi-count-errors", "report_gold.xlsx"),
+       "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}},
+      [UNMAXIMIZE, "pyautogui.write('grep -c ERROR ~/server.log\\n')", cell("B1"), "pyautogui.write('3\\n')"])
+multi("multi-motto",
+      "Add the text of ~/motto.txt as a new last paragraph of the open document.",
+      [download(MULTI, "multi-motto", "motto.txt", "letter.docx"), open_file(f"{HOME}/letter.docx")],
+      ["libreoffice writer", "terminal"],
+      {"postconfig": save_postconfig("letter.docx - LibreOffice Writer"), "func": "compare_docx_files",
+       "result": vm_file(f"{HOME}/letter.docx"), "expected": cloud_file(MULTI, "multi-motto", "letter_gold.docx")},
+      [UNMAXIMIZE, "pyautogui.write('cat ~/motto.txt\\n')", "pyautogui.click(400, 300)", "pyautogui.hotkey('ctrl', 'end')",
+       "pyautogui.press('enter')", "pyautogui.write('Less, but better.')"])
+multi("multi-save-order",
+      "Fill the open order form with the name Ana Lima, the city Porto and the quantity 3 and save it with its Save "
+      "button; then move the order.txt it downloads into ~/orders.",
+      chrome_config("multi-save-order", ["order.html"], domain=MULTI)
+      # Chrome's window first (a launch does not wait for it), so that the terminal opens over it every time
+      + [execute(["xdotool", "search", "--sync", "--onlyvisible", "--name", "^Order form - Chromium$"]),
+         execute(["mkdir", "-p", f"{HOME}/orders"])],
+      ["chrome", "terminal"],
+      {"func": "exact_match",
+       "result": command_line("cd ~ && find orders Downloads -type f | sort && cat orders/order.txt"),
+       "expected": rule(expected="orders/order.txt\nname=Ana Lima\ncity=Porto\nqty=3\nnewsletter=no\ngift=no\n")},
+      [UNMAXIMIZE, "pyautogui.click(500, 180)", "pyautogui.write('Ana Lima')", "pyautogui.press('tab')",
+       "pyautogui.write('Porto')", "pyautogui.press('tab')", "pyautogui.write('3')", "pyautogui.press('enter')",
+       CHROME_MINIMIZE, SIDE, "pyautogui.write('mv ~/Downloads/order.txt ~/orders/\\n')"])
+
+
 def main() -> None:
     seen: set[str] = set()
     for d in DEFS:
