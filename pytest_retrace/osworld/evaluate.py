@@ -116,6 +116,11 @@ def _func_problems(evaluator: dict[str, Any], i: int, where: str, cache_dir: Pat
             found.append(Problem(at(side), "needs a Google account", kind, "not supported"))
             continue
         found += _known("getter", kind, f"{at(side)}.type")
+        if (entry := package.entry("getter", kind)) is not None and package.refers_to(entry, "get_accessibility_tree"):
+            # the guest answers /accessibility with a 501 (no AT-SPI on our desktops): the getter would get None
+            # and the func score 0 whatever the agent did
+            found.append(Problem(at(side), "needs the accessibility tree", kind,
+                                 "reads the desktop's AT-SPI tree, which retrace's desktops do not serve"))
         if kind == "cloud_file" and cache_dir is not None:
             found += [Problem(at(side), "cloud file not in cache", name, f"not in {cache_dir}")
                       for name in _cloud_missing(config, cache_dir)]

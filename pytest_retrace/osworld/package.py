@@ -176,6 +176,26 @@ def _needs(module: str, name: str, seen: set[tuple[str, str]]) -> set[str]:
     return needs
 
 
+def refers_to(found: Entry, word: str) -> bool:
+    """Whether the function's code, or a helper of its module it calls, names ``word`` (as a name or an
+    attribute: ``env.controller.get_accessibility_tree()`` names ``get_accessibility_tree``)."""
+    seen: set[str] = set()
+    todo = [found.function]
+    while todo:
+        name = todo.pop()
+        node = _definitions(found.module).get(name)
+        if name in seen or node is None:
+            continue
+        seen.add(name)
+        for child in ast.walk(node):
+            named = child.attr if isinstance(child, ast.Attribute) else child.id if isinstance(child, ast.Name) else None
+            if named == word:
+                return True
+            if named in _definitions(found.module):
+                todo.append(named)
+    return False
+
+
 @cache
 def index() -> dict[Kind, dict[str, Entry]]:
     """Every metric and getter desktop-env's packages export, by metric name and getter type; empty when the

@@ -151,9 +151,11 @@ def test_osworlds_own_linux_tasks_fail_validation_only_for_listed_reasons() -> N
             first[problems[0][0]] += 1
         else:
             assert problems == [], path
-    # desktop-env 1.0.2 without easyocr and librosa; a task's evaluator names a function its package lacks
-    assert set(first) <= {"missing package", "needs a Google account", "unknown metric", "unknown getter"}, first
-    assert len(files) - sum(first.values()) >= 340, first
+    # desktop-env 1.0.2 without easyocr (torch); a task's evaluator names a function its package lacks
+    assert set(first) <= {"missing package", "needs a Google account", "unknown metric", "unknown getter",
+                          "needs the accessibility tree"}, first
+    # 33 tasks read the accessibility tree (AT-SPI), which our desktops do not serve yet: 326 of 369 validate
+    assert len(files) - sum(first.values()) >= 320, first
 
 
 # --- real files, OSWorld's metrics ---------------------------------------------------------------------

@@ -87,3 +87,20 @@ def test_one_module_is_imported_without_its_packages_init_or_heavy_dependencies(
     if "easyocr" not in package.index()["metric"]["compare_image_text"].needs or package.missing({"easyocr"}):
         assert out["stand_in"] == "easyocr.Reader needs easyocr (needs torch), which is not installed"
         assert out["later_import"] == "ImportError"
+
+
+def test_what_a_getter_calls_is_read_from_its_code() -> None:
+    getters = package.index()["getter"]
+    # get_active_tab_info finds the tab through the accessibility tree: our desktops serve none (guest: 501)
+    assert package.refers_to(getters["active_tab_info"], "get_accessibility_tree")
+    assert package.refers_to(getters["accessibility_tree"], "get_accessibility_tree")
+    assert not package.refers_to(getters["vm_file"], "get_accessibility_tree")
+    assert not package.refers_to(getters["open_tabs_info"], "get_accessibility_tree")  # DevTools only
+
+
+def test_a_getter_needing_the_accessibility_tree_is_not_supported() -> None:
+    from pytest_retrace.osworld.evaluate import evaluator_problems
+
+    block = {"func": "is_expected_active_tab", "result": {"type": "active_url_from_accessTree", "goto_prefix": ""},
+             "expected": {"type": "rule", "rules": {"type": "url", "url": "https://example.org"}}}
+    assert [reason for reason, _ in evaluator_problems(block)] == ["needs the accessibility tree"]
