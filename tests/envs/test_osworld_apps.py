@@ -213,3 +213,33 @@ def test_osworld_app_shows_the_same_pixels_in_the_docker_image_as_on_xvfb(contai
     ys, xs = np.nonzero(differ)
     assert not differ.any(), (f"{name}: {int(differ.sum())} pixels differ between xvfb and docker, in "
                               f"x {xs.min()}-{xs.max()}, y {ys.min()}-{ys.max()}")
+
+
+# OSWorld's VLC getters read the player's state from VLC's Lua HTTP interface (get_vlc_playing_info:
+# /requests/status.xml with the password "password"): in vlc-plugin-base, which the image must have too.
+VLC_HTTP = ["vlc", "--extraintf", "http", "--http-host", "127.0.0.1", "--http-port", "8080", "--http-password",
+            "password"]
+STATUS = """python3 -c "import base64, time, urllib.request as u
+req = u.Request('http://127.0.0.1:8080/requests/status.xml',
+                headers={'Authorization': 'Basic ' + base64.b64encode(b':password').decode()})
+for _ in range(150):
+    try:
+        print(u.urlopen(req, timeout=2).read().decode()); break
+    except OSError as exc:
+        error = exc; time.sleep(0.2)
+else:
+    raise SystemExit(repr(error))"
+"""
+
+
+@pytest.mark.desktop
+@pytest.mark.parametrize("provider", ["desktop", "container"])
+def test_vlc_serves_the_http_interface_osworld_reads_its_state_from(request: pytest.FixtureRequest,
+                                                                     provider: str) -> None:
+    _installed("vlc")
+    env: Environment = request.getfixturevalue(provider)
+    env.reset(EMPTY, Path("."))
+    env.launch(VLC_HTTP, window=APPS["vlc"].window, timeout=LAUNCH_TIMEOUT)
+    res = env.run(STATUS, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "<state>stopped</state>" in res.stdout and "<volume>" in res.stdout, res.stdout[:500]
