@@ -14,8 +14,23 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from common import (ACTIONS, HOME, TASKS, activate, cloud_file, command_line, download, execute, launch,  # noqa: E402
-                    open_file, rule, save_postconfig, sleep, task, task_id, vm_file)
+from common import (
+    ACTIONS,
+    HOME,
+    TASKS,
+    cloud_file,
+    command_line,
+    download,
+    execute,
+    launch,
+    open_file,
+    rule,
+    save_postconfig,
+    sleep,
+    task,
+    task_id,
+    vm_file,
+)
 
 
 @dataclass

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import builders  # noqa: E402
-from common import TASKS, download_name, task_id  # noqa: E402
+import builders
+from common import TASKS, download_name, task_id
 
 ZIP_DATE = (2024, 1, 1, 0, 0, 0)
 
@@ -62,8 +62,16 @@ def normalised(data: bytes) -> bytes:
             body = src.read(info.filename)
             if info.filename == "docProps/core.xml":  # openpyxl and LibreOffice stamp the time of saving
                 body = re.sub(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*", rb"\g<1>2024-01-01T00:00:00Z", body)
+            if info.filename.endswith(".xml"):  # LibreOffice gives each text field a random GUID
+                body = _numbered_fields(body)
             dst.writestr(fixed, body)
     return out.getvalue()
+
+
+def _numbered_fields(xml: bytes) -> bytes:
+    count = iter(range(1, 1 << 30))
+    return re.sub(rb'<a:fld id="\{[0-9A-Fa-f-]{36}\}"',
+                  lambda _: b'<a:fld id="{00000000-0000-4000-8000-%012d}"' % next(count), xml)
 
 
 def make(cache: Path, only: set[str] | None = None) -> dict[str, list[str]]:

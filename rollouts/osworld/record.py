@@ -22,7 +22,7 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,14 @@ import yaml
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ACTIONS, TASKS  # noqa: E402
+from common import ACTIONS, TASKS
 
-from pytest_retrace.actions import parse_action  # noqa: E402
-from pytest_retrace.envs import EnvError  # noqa: E402
-from pytest_retrace.envs.xvfb.environment import XvfbEnvironment  # noqa: E402
-from pytest_retrace.replay.cases import Task  # noqa: E402
-from pytest_retrace.replay.judge import judge, reset  # noqa: E402
-from pytest_retrace.replay.osworld_task import OSWorldTask  # noqa: E402
+from pytest_retrace.actions import parse_action
+from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.replay.cases import Task
+from pytest_retrace.replay.judge import judge, reset
+from pytest_retrace.replay.osworld_task import OSWorldTask
 
 READY_TIMEOUT = 120.0  # seconds for the config's app to show its window (LibreOffice's first start is slow)
 
@@ -113,7 +113,7 @@ def wait_for_window(env: XvfbEnvironment, title: str, timeout: float = READY_TIM
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d@%H%M%S%f")
+    return datetime.now(UTC).strftime("%Y%m%d@%H%M%S%f")
 
 
 def _save(frame: np.ndarray, path: Path) -> str:
@@ -174,7 +174,7 @@ def main() -> None:
                 try:
                     runs.append(record(env, rollout, args.cache.resolve(), args.out if run == 0 else
                                        args.out / ".run2"))
-                except Exception as exc:  # one task's failure is reported, the others still run
+                except Exception as exc:  # noqa: BLE001 - one task's failure is reported, the others still run
                     print(f"{rollout.domain:20} {rollout.slug:24} ERROR {type(exc).__name__}: {exc}", flush=True)
                     break
             for r in runs[:1]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_retrace.actions import parse_action
 from pytest_retrace.osworld import package
 from tests.guests import needs_desktop
 from tests.helpers import REPO
@@ -47,7 +48,10 @@ def test_there_are_24_tasks_over_every_domain_each_with_its_rollout() -> None:
     assert len(TASK_FILES) >= 24
     assert {d: domains[d] for d in DOMAINS if domains[d] < 2} == {}, domains
     record = _module("record")
-    assert sorted(r.task_id for r in record.rollouts()) == sorted(p.stem for p in TASK_FILES)
+    rollouts = record.rollouts()
+    assert sorted(r.task_id for r in rollouts) == sorted(p.stem for p in TASK_FILES)
+    for r in rollouts:  # one action per step, as OSWorld's importer and the case schema require
+        assert len(r.actions) >= 2 and all(len(parse_action(code)) == 1 for code in r.actions), r.slug
 
 
 @pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: f"{p.parent.name}/{p.stem[:8]}")
