@@ -48,6 +48,13 @@ GUEST_PROGRAMS: dict[str, str] = {
 }
 
 
+# What turns each toolkit's accessibility on where the session has an AT-SPI bus: Chromium
+# (ACCESSIBILITY_ENABLED), Gecko (Thunderbird), LibreOffice and Java (GNOME_ACCESSIBILITY), Qt (VLC). GTK's
+# bridge needs only a session bus and no NO_AT_BRIDGE.
+ACCESSIBILITY_ENV = {"ACCESSIBILITY_ENABLED": "1", "GNOME_ACCESSIBILITY": "1", "QT_ACCESSIBILITY": "1",
+                     "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1"}
+
+
 def write_programs(directory: Path) -> None:
     """GUEST_PROGRAMS as executable files in `directory` (the docker image's recipe calls it too)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -73,8 +80,10 @@ def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:
 
 
 def task_environment(display: str, home: str = GUEST_HOME, user: str = GUEST_USER,
-                     runtime: str = "/tmp/.runtime-user", tag: str = "") -> dict[str, str]:
-    """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
+                     runtime: str = "/tmp/.runtime-user", tag: str = "", accessibility: bool = False) -> dict[str, str]:
+    """The environment of every process of a task: nothing of the harness's (no keys, no tokens). With
+    `accessibility` (a task that asks for it: its judge reads the AT-SPI tree), the task's own session bus
+    (``runtime``/bus, started with the task) and every toolkit's accessibility bridge on."""
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin", "DISPLAY": display, "HOME": home,
         "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
@@ -86,6 +95,9 @@ def task_environment(display: str, home: str = GUEST_HOME, user: str = GUEST_USE
         "GSETTINGS_BACKEND": "keyfile", "GTK_OVERLAY_SCROLLING": "0",
         "XDG_SESSION_TYPE": "x11",
     }
+    if accessibility:
+        del env["NO_AT_BRIDGE"], env["GTK_A11Y"]
+        env.update(ACCESSIBILITY_ENV, DBUS_SESSION_BUS_ADDRESS=f"unix:path={runtime}/bus")
     if tag:
         env["RETRACE_TASK"] = tag  # lets a leak check find strays
     return env

@@ -160,4 +160,9 @@ class TaskSetup(Protocol):
     def network(self) -> bool: ...
 
     @property
+    def accessibility(self) -> bool:
+        """The task's judge reads the desktop's accessibility tree: its apps run with AT-SPI on."""
+        ...
+
+    @property
     def settle_quiet(self) -> float | None: ...

@@ -28,7 +28,8 @@ brackets, P = PythonController, S = SetupController):
     GET  /terminal                         -> {"output": null, "status": "success"} [P.get_terminal_output, S.setup
                                               polls it first]: OSWorld's answer when no terminal is active, since
                                               the terminal's text comes through AT-SPI, which these desktops lack
-    GET  /accessibility                    -> 501 naming why (AT-SPI) [P.get_accessibility_tree]
+    GET  /accessibility                    -> {"AT": OSWorld's XML} from pyatspi in the desktop (guest/accessibility.py);
+                                              a 501 naming Task.accessibility when AT-SPI is off [P.get_accessibility_tree]
     POST /run_python {"code"}              -> {"status", "message", "need_more", "output", "error", "return_code"}
                                               [P.run_python_script]: python3 runs the code as a file, 30 s
     POST /run_bash_script {"script", "timeout", "working_dir"}

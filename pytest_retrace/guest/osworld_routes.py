@@ -3,8 +3,8 @@ PythonController, SetupController and getters call (the package docstring lists 
 request's fields first (a JSON 4xx naming the field), then does its work in the thread pool
 (guest/osworld_work.py) on the `GuestBackend`.
 
-Not served, with a 501 that says why, so a getter needing it fails as unsupported here rather than judging a
-wrong value: the accessibility tree (OSWorld reads it through AT-SPI, which these desktops do not run).
+The accessibility tree (guest/accessibility.py) is read inside the desktop; a 501 that says why for a task
+without AT-SPI on (the default), so a getter needing it fails as unsupported rather than judging a wrong value.
 Recording (guest/recording.py) is a 501 on a desktop without ffmpeg.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_retrace.guest import osworld_work as work
+from pytest_retrace.guest.accessibility import accessibility_tree
 from pytest_retrace.guest.backend import GuestBackend
 from pytest_retrace.guest.config import MAX_COMMAND_TIMEOUT, GuestConfig
 from pytest_retrace.guest.recording import Recorder
@@ -29,8 +30,6 @@ from pytest_retrace.text import show
 
 MAX_VERIFY_WAIT = 600.0  # seconds an execute_with_verification may wait for its verification at most
 _VERIFICATIONS = ("window_exists", "command_success")
-ACCESSIBILITY_UNSUPPORTED = ("the accessibility tree is not served here: OSWorld reads it through AT-SPI (pyatspi "
-                             "and an at-spi bus in the desktop's session), which retrace's desktops do not run")
 
 
 def _flag(data: dict[str, Any], name: str) -> bool:
@@ -78,7 +77,8 @@ def osworld_routes(backend: GuestBackend, config: GuestConfig, recorder: Recorde
         return JSONResponse({"output": None, "status": "success"})
 
     async def accessibility(request: Any) -> Any:
-        return error_response(501, ACCESSIBILITY_UNSUPPORTED)
+        status, body = await run_in_threadpool(accessibility_tree, backend)
+        return JSONResponse({"AT": body}) if status == 200 else error_response(status, body)
 
     async def start_recording(request: Any) -> Any:
         status, body = await run_in_threadpool(recorder.start)

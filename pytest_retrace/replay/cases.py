@@ -88,6 +88,10 @@ class Task(_Model):
     evaluator: dict[str, Any] | None = None
     osworld: OSWorldTask | None = None
     network: bool = Field(False, description="the task needs the network; without it tasks have none")
+    # OSWorld's judges that read the AT-SPI tree (osworld/evaluate.py): a session bus and the accessibility
+    # bridges in the task, which every other task runs without (their screens and timings must not change)
+    accessibility: bool = Field(False, description="the task's apps run with AT-SPI on, for a judge that "
+                                "reads the desktop's accessibility tree")
     # An app that redraws on its own idle timers after the screen went quiet needs a longer quiet window than
     # the run's, or a screen is recorded (and replayed) before the app has finished: LibreOffice updates its
     # toolbar buttons ~0.5 s after a keystroke, past the default 0.3 s.

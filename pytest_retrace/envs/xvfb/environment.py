@@ -40,6 +40,7 @@ from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
+from pytest_retrace.envs.xvfb.accessibility import start_buses
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
@@ -65,6 +66,7 @@ class XvfbEnvironment(XDesktop):
         self.hide = tuple(Path(p) for p in hide)
         self.memory_limit = memory_limit  # bytes, for all processes of a task together
         self._relays = Relays()  # forward(): the current task's ports
+        self.bus_seconds: float | None = None  # what the last accessibility task's buses took to start
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -95,7 +97,10 @@ class XvfbEnvironment(XDesktop):
         self.kill_session()
         self._restart_display()
         assert self.sandbox is not None
-        self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid())
+        self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid(),
+                           accessibility=task.accessibility)
+        if task.accessibility:  # its judge reads the AT-SPI tree: the task's own buses (xvfb/accessibility.py)
+            self.bus_seconds = start_buses(self.sandbox, self.root / "logs" / "buses.log")
         self.masks = masks
         self._settle = self.settle_cfg.at_least(task.settle_quiet)
         # the pointer outlives apps: park it so hover effects never depend on the previous case

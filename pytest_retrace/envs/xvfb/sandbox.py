@@ -99,6 +99,7 @@ class Sandbox:
         self.init_pid: int | None = None  # the namespace's init, as the host numbers it
         self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
         self._children: list[subprocess.Popen[bytes]] = []
+        self.accessibility = False  # the current task's: its processes get the accessibility environment
         self.group = TaskGroup(f"retrace-X{display.lstrip(':')}", memory=memory, pids=NPROC_LIMIT)
         if enabled and not self.group.create():
             import warnings
@@ -129,11 +130,12 @@ class Sandbox:
         roots = {GUEST_HOME: self.home, "/tmp": self.tmp} if self.enabled else {str(self.home): self.home}
         return GuestFS(roots, self.guest_home)
 
-    def env(self) -> dict[str, str]:
-        """The environment of every process of a task: nothing of the harness's (no keys, no tokens)."""
+    def env(self, accessibility: bool | None = None) -> dict[str, str]:
+        """The environment of every process of a task (with `accessibility`, or the current task's)."""
         user = GUEST_USER if self.enabled else pwd.getpwuid(os.getuid()).pw_name
         runtime = "/tmp/.runtime-user" if self.enabled else str(self.tmp / ".runtime-user")
-        env = task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root))
+        env = task_environment(self.display, self.guest_home, user, runtime, tag=str(self.root),
+                               accessibility=self.accessibility if accessibility is None else accessibility)
         if not self.enabled:  # no overlay on /usr/local/bin (_INIT): the desktop's own programs come first
             env["PATH"] = f"{self.programs}:{env['PATH']}"
         return env
@@ -153,14 +155,16 @@ class Sandbox:
         return f"/proc/{self.init_pid}/ns/net"
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, *, network: bool, ipc_of: int | None = None) -> None:
-        """A fresh task: a home copied from the template, an empty /tmp, and a new set of namespaces.
+    def start(self, *, network: bool, ipc_of: int | None = None, accessibility: bool = False) -> None:
+        """A fresh task: a home from the template, an empty /tmp, new namespaces, the environment of env().
 
         `ipc_of`: the X server's pid (started with ``x_server_argv``): the task shares its IPC namespace, so
         MIT-SHM works as on any desktop, and that namespace is as fresh as the server, new at every reset.
         None: an IPC namespace of the task's own, in which no SysV segment can be shown to the X server."""
         if self._unshare is not None:
             raise EnvError("sandbox: start() while the previous task's namespace is alive; kill() it first")
+        self.accessibility = accessibility
+        (self.root / "task.a11y").write_text("1" if accessibility else "")  # for the menu's launcher
         for tree in (self.home, self.tmp):
             shutil.rmtree(tree, ignore_errors=True)
         shutil.copytree(self.template, self.home, symlinks=True)
@@ -230,8 +234,8 @@ class Sandbox:
             raise EnvError("sandbox: no task is running (reset first)")
         return [*self._prefix(str(self.init_pid)), *argv]
 
-    def _prefix(self, target: str) -> list[str]:
-        env = ["env", "-i", *(f"{k}={v}" for k, v in self.env().items())]
+    def _prefix(self, target: str, accessibility: bool | None = None) -> list[str]:
+        env = ["env", "-i", *(f"{k}={v}" for k, v in self.env(accessibility).items())]
         if not self.enabled:
             return env
         # the home is entered by env -C, inside the namespace: nsenter's --wd=DIR opens DIR *before* it enters
@@ -250,10 +254,13 @@ class Sandbox:
     def write_launcher(self, path: Path, log: Path) -> None:
         """A script the window manager's menu runs: it starts an app inside whichever task is current."""
         pid_file = shlex.quote(str(self.root / "task.pid"))
-        prefix = shlex.join(self._prefix("TASKPID")).replace("TASKPID", '"$pid"')
+        # an app opened from the menu gets the current task's environment (task.a11y: start())
+        on, off = (shlex.join(self._prefix("TASKPID", a11y)).replace("TASKPID", '"$pid"') for a11y in (True, False))
         join = "".join(f"echo $$ >{shlex.quote(f)} || exit 1\n" for f in self.group.join_files)
+        out = f'"$@" >>{shlex.quote(str(log))} 2>&1'
         path.write_text(f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n{join}"
-                        f"exec {prefix} \"$@\" >>{shlex.quote(str(log))} 2>&1\n")
+                        f"if [ -s {shlex.quote(str(self.root / 'task.a11y'))} ]; then exec {on} {out}; fi\n"
+                        f"exec {off} {out}\n")
         path.chmod(0o755)
 
     def kill(self, timeout: float = 10.0) -> None:
