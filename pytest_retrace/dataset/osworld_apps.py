@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pytest_retrace.envs.desktop import GUEST_PROGRAMS, task_environment
 from pytest_retrace.osworld import package
+from pytest_retrace.osworld.evaluate import reads_tree
 
 Provider = Literal["xvfb", "docker", "remote"]
 PROVIDERS: tuple[Provider, ...] = ("xvfb", "docker", "remote")
@@ -58,6 +59,9 @@ APPS: dict[str, App] = {
     "nautilus": App(("nautilus",), ("nautilus",)),
     "vs code": App(("code",), debian=False),
     "pyautogui": App(("python3",), ("python3",), module="pyautogui"),
+    # a judge reading the AT-SPI tree: the task's own buses (envs/xvfb/accessibility.py) and pyatspi in its
+    # python3 (guest/accessibility.py); the docker provider starts no buses, so only xvfb and OSWorld's VMs have it
+    "accessibility tree": App(("dbus-daemon", "dbus-send"), ("python3-pyatspi",), module="pyatspi", debian=False),
 }
 # A program a step runs -> the app it is (the rest are plain programs, checked by name).
 PROGRAM_APPS = {"google-chrome": "chrome", "chromium": "chrome", "code": "vs code", "thunderbird": "thunderbird",
@@ -92,6 +96,8 @@ def needs(task: dict[str, Any]) -> list[str]:
         entry = package.entry("getter", str(getter.get("type")))
         if entry is not None and (app := GETTER_APPS.get(entry.module.rpartition(".")[2])):
             found.add(app)
+        if reads_tree(getter):
+            found.add("accessibility tree")
     return sorted(found)
 
 

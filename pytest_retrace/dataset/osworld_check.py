@@ -201,7 +201,9 @@ def task_problems(data: dict[str, Any], task_id: str, cache_dir: Path | None) ->
     else:
         task_cache = cache_dir / task_id if cache_dir is not None else NO_CACHE
         problems += _windows_paths(_getters(evaluator))
-        problems += [Problem(*pair) for pair in evaluator_problems(evaluator, task_cache)]
+        # a task built from it turns accessibility on when its judge reads the tree (osworld_task.py): whether
+        # a provider serves the tree is a need of the task's (osworld_apps.py), not a problem
+        problems += [Problem(*pair) for pair in evaluator_problems(evaluator, task_cache, accessibility=True)]
     return problems
 
 

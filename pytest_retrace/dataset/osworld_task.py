@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from pytest_retrace.dataset.osworld_cache import cache_files
 from pytest_retrace.dataset.osworld_check import task_problems
+from pytest_retrace.osworld.evaluate import needs_accessibility
 from pytest_retrace.replay.cases import Task
 
 TASK_SIBLINGS = ("task.json", "example.json")  # forks that store the task next to traj.jsonl
@@ -68,6 +69,8 @@ def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path 
         return Task.model_validate({
             "id": task_id, "instruction": instruction, "domain": domain,
             "osworld": {"id": task_id, "config": config, "evaluator": data["evaluator"], "cache": cache},
+            # a judge that reads the AT-SPI tree: the task's apps run with it on (envs/xvfb/accessibility.py)
+            "accessibility": needs_accessibility(data["evaluator"]),
         })
     except ValidationError as exc:
         err = exc.errors()[0]

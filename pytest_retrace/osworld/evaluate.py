@@ -12,7 +12,9 @@ answering 5xx (asked after a getter, metric or postconfig raised or gave None) i
 A package the harness lacks is an EvaluatorError, never a score. Anything else a getter or metric raises on
 is what the agent left (a missing or corrupt file, a closed window): that func scores 0, with the reason and
 desktop-env's ERROR log lines in ``details``. A ``cloud_file`` not in the cache is an EvaluatorError naming it
-before any request: nothing is downloaded here.
+before any request: nothing is downloaded here. A getter that reads the accessibility tree and scored less than
+1 is asked about: a desktop serving no tree (a 501: the task runs without AT-SPI) is an EvaluatorError, a tree
+that could not be read (5xx, no answer) an EnvError; only with the tree served is the score the agent's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace.envs import EnvError
 from pytest_retrace.evaluators import Evaluation, EvaluatorError
 from pytest_retrace.osworld import package
 from pytest_retrace.osworld.server import VMServer
@@ -31,25 +34,43 @@ from pytest_retrace.text import clip, show
 
 GOOGLE_GETTERS = frozenset({"googledrive_file"})
 CONJ = ("and", "or")
+TREE_TIMEOUT = 120  # seconds for GET /accessibility when a getter that reads it scored less than 1
 
 
 # --- checking -------------------------------------------------------------------------------------------
 
 
-def evaluator_problems(evaluator: Any, cache_dir: Path | None = None) -> list[tuple[str, str]]:
+def evaluator_problems(evaluator: Any, cache_dir: Path | None = None,
+                       accessibility: bool = False) -> list[tuple[str, str]]:
     """Every problem of an OSWorld evaluator block as (reason, detail): its shape, each metric and getter
     (unknown, or a package it needs missing), its postconfig steps; with ``cache_dir`` (the task's cache
-    directory) also each cloud_file and download not in it."""
-    return [p.pair for p in _problems(evaluator, "evaluator", cache_dir)]
+    directory) also each cloud_file and download not in it; without ``accessibility`` (the task runs with AT-SPI
+    on: ``Task.accessibility``), each getter that reads the accessibility tree."""
+    return [p.pair for p in _problems(evaluator, "evaluator", cache_dir, accessibility)]
 
 
-def validate(evaluator: Any, where: str = "evaluator", cache_dir: Path | None = None) -> None:
+def validate(evaluator: Any, where: str = "evaluator", cache_dir: Path | None = None,
+             accessibility: bool = False) -> None:
     """Raise the first of :func:`evaluator_problems` as an EvaluatorError whose message starts with its field."""
-    for problem in _problems(evaluator, where, cache_dir):
+    for problem in _problems(evaluator, where, cache_dir, accessibility):
         raise problem.error()
 
 
-def _problems(evaluator: Any, where: str, cache_dir: Path | None) -> list[Problem]:
+def reads_tree(getter: Any) -> bool:
+    """Whether a getter mapping's desktop-env function reads the accessibility tree (found in its code)."""
+    entry = package.entry("getter", getter["type"]) if isinstance(getter, dict) and "type" in getter else None
+    return entry is not None and package.refers_to(entry, "get_accessibility_tree")
+
+
+def needs_accessibility(evaluator: Any) -> bool:
+    """Whether some result or expected getter of an evaluator block reads the accessibility tree."""
+    if not isinstance(evaluator, dict):
+        return False
+    return any(reads_tree(g) for side in ("result", "expected")
+               for g in (evaluator.get(side) if isinstance(evaluator.get(side), list) else [evaluator.get(side)]))
+
+
+def _problems(evaluator: Any, where: str, cache_dir: Path | None, accessibility: bool = False) -> list[Problem]:
     if not isinstance(evaluator, dict):
         return [Problem(where, "invalid evaluator", f"{where}: must be a mapping, got {show(evaluator)}")]
     if (whole := package.package_problem()) is not None:
@@ -57,7 +78,7 @@ def _problems(evaluator: Any, where: str, cache_dir: Path | None) -> list[Proble
     found = list(_shape_problems(evaluator, where))
     if not found:
         for i in range(len(_funcs(evaluator))):
-            found += _func_problems(evaluator, i, where, cache_dir)
+            found += _func_problems(evaluator, i, where, cache_dir, accessibility)
     post = evaluator.get("postconfig", [])
     found += problems_of(post, f"{where}.postconfig", cache_dir, check_files=cache_dir is not None)
     return found
@@ -92,7 +113,8 @@ def _shape_problems(evaluator: dict[str, Any], where: str) -> Iterator[Problem]:
         yield bad("result", "missing: every metric but infeasible judges a result getter's value")
 
 
-def _func_problems(evaluator: dict[str, Any], i: int, where: str, cache_dir: Path | None) -> list[Problem]:
+def _func_problems(evaluator: dict[str, Any], i: int, where: str, cache_dir: Path | None,
+                   accessibility: bool) -> list[Problem]:
     many = isinstance(evaluator["func"], list)
     at = (lambda field: f"{where}.{field}[{i}]") if many else (lambda field: f"{where}.{field}")
     name = _funcs(evaluator)[i]
@@ -116,11 +138,11 @@ def _func_problems(evaluator: dict[str, Any], i: int, where: str, cache_dir: Pat
             found.append(Problem(at(side), "needs a Google account", kind, "not supported"))
             continue
         found += _known("getter", kind, f"{at(side)}.type")
-        if (entry := package.entry("getter", kind)) is not None and package.refers_to(entry, "get_accessibility_tree"):
-            # the guest answers /accessibility with a 501 (no AT-SPI on our desktops): the getter would get None
+        if not accessibility and reads_tree(config):
+            # without AT-SPI in the task the guest answers /accessibility with a 501: the getter would get None
             # and the func score 0 whatever the agent did
             found.append(Problem(at(side), "needs the accessibility tree", kind,
-                                 "reads the desktop's AT-SPI tree, which retrace's desktops do not serve"))
+                                 "reads the desktop's AT-SPI tree: the task must set accessibility: true"))
         if kind == "cloud_file" and cache_dir is not None:
             found += [Problem(at(side), "cloud file not in cache", name, f"not in {cache_dir}")
                       for name in _cloud_missing(config, cache_dir)]
@@ -181,7 +203,7 @@ class _Func:
 def evaluate(evaluator: Any, server: VMServer, cache_dir: Path, *, last_action: str | None = None) -> Evaluation:
     """The score OSWorld's ``DesktopEnv.evaluate()`` gives the desktop behind ``server`` (module docstring).
     ``cache_dir`` is the task's cache directory: its cloud files, and where getters put what they fetch."""
-    validate(evaluator, cache_dir=cache_dir)
+    validate(evaluator, cache_dir=cache_dir, accessibility=True)  # whether the tree is served: _tree_served
     cache_dir.mkdir(parents=True, exist_ok=True)
     post = evaluator.get("postconfig", [])
     errors: list[str] = []
@@ -206,6 +228,8 @@ def _combine(evaluator: dict[str, Any], env: _Env, server: VMServer, lines: list
     scores: list[float] = []
     for i, name in enumerate(funcs):
         func = _run_func(evaluator, i, name, env, server)
+        if (func.score or 0.0) < 1.0 and any(reads_tree(_part(evaluator, f, i)) for f in ("result", "expected")):
+            _tree_served(server)
         lines.append(func.line)
         score = 0.0 if func.score is None else func.score  # a result file not found: OSWorld's `and` stops at 0
         if conj == "and" and score == 0.0:
@@ -272,6 +296,24 @@ def _call(run: Callable[[], Any], server: VMServer, errors: list[str], result: b
     if value is None:
         alive(server)  # a getter gives None when its request failed: was that the server?
     return value
+
+
+def _tree_served(server: VMServer) -> None:
+    """After a getter that reads the accessibility tree scored less than 1: was the tree there to read? A 501
+    (the task runs without AT-SPI) is an EvaluatorError; any other failure the desktop's, an EnvError."""
+    import requests
+
+    url = f"http://{server.host}:{server.server_port}/accessibility"
+    try:
+        reply = requests.get(url, timeout=TREE_TIMEOUT, proxies={"http": "", "https": ""})
+    except requests.RequestException as exc:
+        raise EnvError(f"the accessibility tree at {url}: {type(exc).__name__}: {exc}") from exc
+    if reply.status_code == 200:
+        return
+    why = clip(reply.text, 300)
+    if reply.status_code == 501:
+        raise EvaluatorError(f"the harness cannot run this evaluator: the desktop serves no accessibility tree: {why}")
+    raise EnvError(f"the accessibility tree at {url} answers {reply.status_code}: {why}")
 
 
 def _describe(getter: Any) -> str:

@@ -114,6 +114,12 @@ class Task(_Model):
         if (self.evaluator is None) == (self.osworld is None):
             raise ValueError("evaluator: a task needs exactly one of `evaluator` (the harness's) and `osworld` "
                              f"(OSWorld's), got {'both' if self.osworld else 'neither'}")
+        if self.osworld is not None and not self.accessibility:
+            from pytest_retrace.osworld.evaluate import needs_accessibility  # desktop-env, for OSWorld cases only
+
+            if needs_accessibility(self.osworld.evaluator):
+                raise ValueError("osworld.evaluator: needs the accessibility tree (a getter reads the desktop's "
+                                 "AT-SPI tree): set `accessibility: true` on the task")
         return self
 
 

@@ -53,7 +53,7 @@ class OSWorldTask(BaseModel):
         from pytest_retrace.osworld.evaluate import validate
 
         try:
-            validate(spec, "evaluator")
+            validate(spec, "evaluator", accessibility=True)  # the Task checks its `accessibility` for the tree
         except EvaluatorError as exc:
             raise ValueError(str(exc)) from None
         return spec
