@@ -218,4 +218,10 @@ FILES: dict[str, dict[str, Builder]] = {
     "multi-motto": {"motto.txt": text("Less, but better.\n"), "letter.docx": docx_file(LETTER),
                     "letter_gold.docx": docx_file(LETTER + ["Less, but better."])},
     "multi-save-order": {"order.html": page("order.html")},
+    "calc-sort": {"stock-sort.xlsx": xlsx(SALES), "stock-sort_gold.xlsx": xlsx(SALES[:1] + SALES[:0:-1])},
+    "impress-bullet": {"numbers.pptx": pptx_file(REVIEW),
+                       "numbers_gold.pptx": pptx_file([REVIEW[0], ("Numbers", [*REVIEW[1][1], "Hiring paused"])],
+                                                      True)},
+    "chrome-contact-form": {"contact.html": page("contact.html"), "contact_gold.txt": text(
+        "email=bo@example.org\nsubject=Refund\nurgent=yes\nnewsletter=no\ngift=no\n")},
 }

@@ -38,6 +38,22 @@ def download(domain: str, slug: str, *names: str, into: str = HOME) -> dict[str,
         {"url": url(domain, slug, name), "path": f"{into}/{name}"} for name in names]}}
 
 
+OFFICE_TYPES = {
+    ".xlsx": ("libreoffice-calc.desktop", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+    ".docx": ("libreoffice-writer.desktop",
+              "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+    ".pptx": ("libreoffice-impress.desktop",
+              "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+}
+
+
+def office_default(path: str) -> dict[str, Any]:
+    """LibreOffice made the default app of ``path``'s type, as on OSWorld's VMs, before an ``open`` step: with
+    Gnumeric installed too, xdg-open's choice would depend on the desktop's MIME cache."""
+    desktop, mime = OFFICE_TYPES[os.path.splitext(path)[1]]
+    return execute(["xdg-mime", "default", desktop, mime])
+
+
 def open_file(path: str) -> dict[str, Any]:
     return {"type": "open", "parameters": {"path": path}}
 
@@ -65,9 +81,9 @@ def activate(window: str, strict: bool = True) -> dict[str, Any]:
 
 
 def save_postconfig(window: str) -> list[dict[str, Any]]:
-    """OSWorld's LibreOffice postconfig: the document's window in front, Ctrl+S, a pause. OSWorld sends the key
-    with `python -c "import pyautogui; ..."`; this desktop's python3 has no pyautogui, so xdotool sends it."""
-    return [activate(window), sleep(0.5), execute(["xdotool", "key", "--clearmodifiers", "ctrl+s"]), sleep(1.5)]
+    """OSWorld's LibreOffice postconfig: the document's window in front, Ctrl+S by pyautogui, a pause."""
+    return [activate(window), sleep(0.5),
+            execute(["python", "-c", 'import pyautogui; pyautogui.hotkey("ctrl", "s");']), sleep(0.5)]
 
 
 def vm_file(path: str, dest: str | None = None) -> dict[str, Any]:

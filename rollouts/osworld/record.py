@@ -85,7 +85,8 @@ def harness_task(osworld: dict[str, Any], cache: Path, settle_quiet: float) -> T
     """The harness's Task for an OSWorld task: no setup of its own, Φ and config OSWorld's, its cache files named
     relative to ``cache`` (the case directory judge.py copies them from)."""
     tid = osworld["id"]
-    files = {p.name: f"{tid}/{p.name}" for p in sorted((cache / tid).iterdir())}
+    own = cache / tid  # a task that downloads nothing has no directory there
+    files = {p.name: f"{tid}/{p.name}" for p in sorted(own.iterdir())} if own.is_dir() else {}
     # model_construct: OSWorldTask's own check of the config has no cache to find the downloads in; run_config
     # checks the same config against the cache before it runs (osworld/setup.py), and test_tasks.py validates it.
     part = OSWorldTask.model_construct(id=tid, config=osworld.get("config", []), evaluator=osworld["evaluator"],
