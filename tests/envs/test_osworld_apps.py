@@ -4,7 +4,7 @@ provider's `osworld` image variant (envs/docker/desktop-image/packages-osworld.t
 
 Each test launches the app in a task (a reset, then `launch` as a case's setup step does), waits for its main
 window (not its splash), checks that the X server and the screenshot are 1920x1080 and that the window shows what
-the app drew, and prints the time to that window. GIMP, Impress and VLC must then show the same pixels in the
+the app drew, and prints the time to that window. GIMP and VLC must then show the same pixels in the
 container as on the xvfb desktop, which a missing package (an image loader, a font) breaks. An app that is not
 installed on the host is skipped, with the command that installs it; the docker tests skip without an engine,
 except under CI (RETRACE_REQUIRE_DOCKER=1). Two tests without a desktop check how the variant is chosen and tagged.
@@ -58,24 +58,29 @@ def _colours(pixels: np.ndarray) -> int:
     return len(np.unique(packed))
 
 
-def _window_rect(env: Environment, window: str) -> tuple[int, int, int, int]:
-    """(x, y, width, height) of the first visible window titled `window`, asked of the task's own X server."""
+def _window_rect(env: Environment, window: str) -> tuple[int, int, int, int] | None:
+    """(x, y, width, height) of the first visible window titled `window`, asked of the task's own X server; None
+    while there is none (a window found can be gone when its geometry is asked: BadWindow, mid-start)."""
     res = env.run(f"xdotool search --onlyvisible --name '{window}' getwindowgeometry --shell %1")
-    assert res.returncode == 0, res.stderr
     geometry = dict(line.split("=", 1) for line in res.stdout.split() if "=" in line)
+    if res.returncode != 0 or not {"X", "Y", "WIDTH", "HEIGHT"} <= geometry.keys():
+        return None
     return int(geometry["X"]), int(geometry["Y"]), int(geometry["WIDTH"]), int(geometry["HEIGHT"])
 
 
 def _drawn(env: Environment, name: str, deadline: float) -> tuple[int, tuple[int, int, int, int]]:
-    """Colours in the main window and its rectangle, once the app has drawn it: a mapped window is not yet a
-    drawn one (Impress maps its window seconds before it paints it), so this waits, up to `deadline`."""
+    """Colours in the main window and its rectangle, once the app has drawn it, waiting up to `deadline`: a mapped
+    window is not yet a drawn one (Impress's showed one colour when the screen first settled after it mapped)."""
     while True:
-        x, y, w, h = _window_rect(env, APPS[name].window)
+        rect = _window_rect(env, APPS[name].window)
         shot = env.screenshot()
         assert shot.shape == (1080, 1920, 3), shot.shape
-        colours = _colours(shot[max(y, 0):min(y + h, 1080), max(x, 0):min(x + w, 1920)])
-        if colours >= MIN_COLOURS or time.monotonic() > deadline:
-            return colours, (x, y, w, h)
+        if rect is not None:
+            x, y, w, h = rect
+            colours = _colours(shot[max(y, 0):min(y + h, 1080), max(x, 0):min(x + w, 1920)])
+            if colours >= MIN_COLOURS or time.monotonic() > deadline:
+                return colours, rect
+        assert time.monotonic() < deadline, f"{name}'s window {APPS[name].window!r} went away"
         time.sleep(0.2)
 
 
@@ -191,10 +196,12 @@ def test_osworld_app_draws_in_the_osworld_docker_image(container: Environment, n
     check_app_draws(container, "docker", name)
 
 
-# Thunderbird's first start opens thunderbird.net in a tab: on the xvfb desktop's network namespace the lookup
-# fails at once ("Server Not Found"), on docker's internal network it hangs ("Loading..."), so its screens differ
-# by the network, not by the image.
-SAME_PIXELS = ("gimp", "impress", "vlc")
+# Left out, as their first start differs from itself: Thunderbird's opens thunderbird.net in a tab (in the xvfb
+# desktop's network namespace the lookup fails at once, "Server Not Found"; on docker's internal network it hangs,
+# "Loading..."), and Impress's sidebar highlights the selected layout or not (a race in its own start: 3 of 10
+# comparisons differed there by 291 pixels, and two starts on xvfb differed from each other the same way).
+# Impress's packages are Calc's and Writer's, whose cases the default image already reproduces.
+SAME_PIXELS = ("gimp", "vlc")
 
 
 @pytest.mark.desktop
