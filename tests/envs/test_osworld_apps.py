@@ -196,10 +196,10 @@ def test_osworld_app_draws_in_the_osworld_docker_image(container: Environment, n
     check_app_draws(container, "docker", name)
 
 
-# Left out, as their first start differs from itself: Thunderbird's opens thunderbird.net in a tab (in the xvfb
-# desktop's network namespace the lookup fails at once, "Server Not Found"; on docker's internal network it hangs,
-# "Loading..."), and Impress's sidebar highlights the selected layout or not (a race in its own start: 3 of 10
-# comparisons differed there by 291 pixels, and two starts on xvfb differed from each other the same way).
+# Left out: Thunderbird's first start opens thunderbird.net in a tab, so its screen depends on the network (in
+# the xvfb desktop's network namespace the lookup fails at once, "Server Not Found"; on docker's internal network
+# it hangs, "Loading..."); and Impress's sidebar highlights the selected layout or not (a race in its own start:
+# 3 of 10 comparisons differed there by 291 pixels, and two starts on xvfb differed from each other the same way).
 # Impress's packages are Calc's and Writer's, whose cases the default image already reproduces.
 SAME_PIXELS = ("gimp", "vlc")
 
