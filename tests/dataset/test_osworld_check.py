@@ -30,9 +30,9 @@ MANY = {
                {"type": "execute", "parameters": {"command": ["ls"], "bogus": 1}}],
     "evaluator": {
         "func": ["compare_table", "a_metric_desktop_env_does_not_have_with_a_long_name_that_is_not_cut",
-                 "compare_audios"],
+                 "compare_image_text"],
         "result": [{"type": "vm_file", "path": "/home/user/a.xlsx", "dest": "a.xlsx"}, {"type": "no_such_getter"},
-                   {"type": "vm_file", "path": "/home/user/a.mp3", "dest": "a.mp3"}],
+                   {"type": "vm_file", "path": "/home/user/a.png", "dest": "a.png"}],
         "expected": [{"type": "cloud_file", "path": CLOUD, "dest": "gold.xlsx"}, {"type": "rule", "rules": {}},
                      {"type": "googledrive_file", "path": "x"}],
         "postconfig": [{"type": "activate_window", "parameters": {"window_name": "a"}},
@@ -59,7 +59,7 @@ def test_every_problem_of_a_task_is_named_in_full(tmp_path: Path) -> None:
         Problem("cloud file not in cache", "gold.xlsx"),  # no cache given: as good as an empty one
         Problem("unknown metric", "a_metric_desktop_env_does_not_have_with_a_long_name_that_is_not_cut"),
         Problem("unknown getter", "no_such_getter"),
-        Problem("missing package", "librosa"),  # compare_audios needs it, and it is not installed
+        Problem("missing package", "easyocr (needs torch)"),  # compare_image_text's, not installed by design
         Problem("needs a Google account", "googledrive_file"),
         Problem("unsupported config step", "tidy_desktop"),  # desktop-env's raises NotImplementedError
     ]
@@ -118,7 +118,7 @@ def test_report_lines_summary_and_exit_status(tmp_path: Path, capsys: pytest.Cap
     assert many == ("NO  chrome/many: cloud file not in cache start.xlsx, gold.xlsx; needs a Google account "
                     "googledrive, googledrive_file; bad config step config[3] (execute): got an unexpected keyword "
                     "argument 'bogus'; unknown metric a_metric_desktop_env_does_not_have_with_a_long_name_that_is_"
-                    "not_cut; unknown getter no_such_getter; missing package librosa; unsupported config step "
+                    "not_cut; unknown getter no_such_getter; missing package easyocr (needs torch); unsupported config step "
                     "tidy_desktop")
     assert len(many) < 400
     assert f"NO  os/upload: local file not found {tmp_path / 'gone.txt'}" in out
