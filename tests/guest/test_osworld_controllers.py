@@ -340,9 +340,12 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
         res = python_plain.execute_python_command(
             f"import os; print(os.path.expanduser('~'), open('{GUEST_HOME}/{name}').read())")
         assert res["returncode"] == 0 and res["output"] == f"{GUEST_HOME} from the sandbox\n", res
-        # the sandbox's python3 is Debian's, which has no pyautogui package: OSWorld's default prefix fails there
-        default = python.execute_python_command("print(1)")
-        assert default["returncode"] == 1 and "No module named 'pyautogui'" in default["error"], default
+        # OSWorld's default prefix imports pyautogui: the sandbox's python3 (Debian's) has it from scripts/bootstrap,
+        # and moves the task's own pointer on the task's own display
+        default = python.execute_python_command("pyautogui.moveTo(7, 9); print(pyautogui.position(), pyautogui.size())")
+        assert default["returncode"] == 0, default
+        assert default["output"] == f"Point(x=7, y=9) Size(width={env.size[0]}, height={env.size[1]})\n", default
+        assert env.cursor_position() == (7, 9)
         assert python.get_vm_screen_size() == {"width": env.size[0], "height": env.size[1]}
         assert python.get_screenshot().startswith(b"\x89PNG")
         tag = uuid.uuid4().hex[:8]
