@@ -87,21 +87,9 @@ def harness_task(osworld: dict[str, Any], cache: Path, settle_quiet: float) -> T
     tid = osworld["id"]
     own = cache / tid  # a task that downloads nothing has no directory there
     files = {p.name: f"{tid}/{p.name}" for p in sorted(own.iterdir())} if own.is_dir() else {}
-    # model_construct: OSWorldTask's own check of the config has no cache to find the downloads in; run_config
-    # checks the same config against the cache before it runs (osworld/setup.py), and test_tasks.py validates it.
-    part = OSWorldTask.model_construct(id=tid, config=osworld.get("config", []), evaluator=osworld["evaluator"],
-                                       cache=files)
+    part = OSWorldTask(id=tid, config=osworld.get("config", []), evaluator=osworld["evaluator"], cache=files)
     return Task(id=f"osworld-{tid}", instruction=osworld["instruction"], domain=osworld["snapshot"],
                 osworld=part, settle_quiet=settle_quiet)
-
-
-class Desktop(XvfbEnvironment):
-    """XvfbEnvironment whose forward() gives the loopback port osworld/connect.py expects. The working tree's
-    xvfb forward() returns (host, port) while connect.py takes an int: until the two agree, the port."""
-
-    def forward(self, port: int) -> Any:
-        found = super().forward(port)
-        return found[1] if isinstance(found, tuple) else found
 
 
 def wait_for_window(env: XvfbEnvironment, title: str, timeout: float = READY_TIMEOUT) -> None:
@@ -164,7 +152,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated slugs")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
-    env = Desktop()
+    env = XvfbEnvironment()
     env.start()
     try:
         for rollout in rollouts():

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_retrace.actions import parse_action
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.osworld import package
 from tests.guests import needs_desktop
 from tests.helpers import REPO
@@ -92,7 +93,7 @@ def test_a_missing_cache_file_is_named(cache: Path, tmp_path: Path) -> None:
 def test_a_calc_task_recorded_end_to_end_scores_1_and_0_one_action_short(cache: Path, tmp_path: Path) -> None:
     record = _module("record")
     rollout = next(r for r in record.rollouts() if r.slug == "calc-total")
-    env = record.Desktop()
+    env = XvfbEnvironment()
     env.start()
     try:
         full = record.record(env, rollout, cache, tmp_path / "full")
