@@ -185,28 +185,11 @@ def multipart(fields: dict[str, str], files: dict[str, bytes]) -> tuple[bytes, d
 
 
 def osworld_module(name: str) -> Any:
-    """One module of desktop-env (OSWorld's package), imported alone: its packages' __init__ files import
-    every metric and getter (easyocr, librosa: not installed), so each parent package is put in sys.modules
-    as an empty package with its real __path__ first (test code only; the package's loader is
-    pytest_retrace/evaluators/osworld/package.py)."""
-    import importlib
-    import importlib.util
-    import types
+    """One module of desktop-env (OSWorld's package), imported alone by the project's loader (its packages'
+    __init__ files import every metric and getter); the test is skipped where desktop-env is not installed."""
+    from pytest_retrace.osworld.package import Unavailable, load_module
 
-    if "desktop_env" in sys.modules:
-        root = Path(list(sys.modules["desktop_env"].__path__)[0])
-    else:
-        spec = importlib.util.find_spec("desktop_env")  # finds the package without running its __init__
-        if spec is None or spec.origin is None:
-            pytest.skip("desktop-env is not installed")
-        root = Path(spec.origin).parent
-    # setup.py imports these two modules' packages too
-    for dotted in (name, "desktop_env.evaluators.metrics.utils", "desktop_env.providers.aws.proxy_pool"):
-        parts = dotted.split(".")
-        for i in range(1, len(parts)):
-            package = ".".join(parts[:i])
-            if package not in sys.modules:
-                stub = types.ModuleType(package)
-                stub.__path__ = [str(root.joinpath(*parts[1:i]))]
-                sys.modules[package] = stub
-    return importlib.import_module(name)
+    try:
+        return load_module(name)
+    except Unavailable as exc:
+        pytest.skip(str(exc))

@@ -18,6 +18,7 @@ from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.evaluators import EvaluatorError
 from pytest_retrace.guest.accessibility import NO_PYATSPI, OFF, accessibility_tree
 from pytest_retrace.replay.cases import Task
+from tests.guests import osworld_module
 
 _TRUE = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
 WWW = 8000  # the task's own web server, on its loopback
@@ -52,14 +53,8 @@ def tree_task(accessibility: bool) -> Task:
 @pytest.fixture(scope="module")
 def osworld() -> SimpleNamespace:
     """desktop-env's PythonController and chrome getters, each module imported alone (osworld/package.py)."""
-    from pytest_retrace.osworld.package import Unavailable, load_module
-
-    try:
-        python = load_module("desktop_env.controllers.python")
-        chrome = load_module("desktop_env.evaluators.getters.chrome")
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    return SimpleNamespace(python=python, chrome=chrome)
+    return SimpleNamespace(python=osworld_module("desktop_env.controllers.python"),
+                           chrome=osworld_module("desktop_env.evaluators.getters.chrome"))
 
 
 def served(env: XvfbEnvironment, osworld: SimpleNamespace) -> tuple[Any, SimpleNamespace]:
@@ -178,7 +173,7 @@ def test_with_accessibility_osworlds_getters_read_the_tree_of_mousepad_and_chrom
     other = {**ACTIVE_TAB, "expected": {"type": "rule", "rules": {"type": "url", "url": "http://127.0.0.1:1/"}}}
     assert evaluate(other, server, env.root / "cache").score == 0.0
     # the raw tree, as OSWorld's thunderbird and multi_apps tasks judge it: XPath with OSWorld's namespaces
-    showing = f"//application[@name='mousepad']//*[@st:showing='true' and contains(text(), '{{}}')]"
+    showing = "//application[@name='mousepad']//*[@st:showing='true' and contains(text(), '{}')]"
     rule = {"func": "check_accessibility_tree", "result": {"type": "accessibility_tree"},
             "expected": {"type": "rule", "rules": [{"xpath": showing.format(NOTE)}]}}
     assert evaluate(rule, server, env.root / "cache").score == 1.0

@@ -22,6 +22,7 @@ from pytest_retrace.envs import EnvError, check_port, forward
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import Task
+from tests.guests import osworld_module
 
 _TRUE = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
 WWW = 8000  # the task's own web server, on its loopback
@@ -101,14 +102,8 @@ def osworld_env(address: tuple[str, int]) -> SimpleNamespace:
 @pytest.fixture(scope="module")
 def osworld() -> SimpleNamespace:
     """desktop-env's setup controller and chrome getters, each module imported alone (osworld/package.py)."""
-    from pytest_retrace.osworld.package import Unavailable, load_module
-
-    try:
-        setup = load_module("desktop_env.controllers.setup")
-        chrome = load_module("desktop_env.evaluators.getters.chrome")
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    return SimpleNamespace(setup=setup, chrome=chrome)
+    return SimpleNamespace(setup=osworld_module("desktop_env.controllers.setup"),
+                           chrome=osworld_module("desktop_env.evaluators.getters.chrome"))
 
 
 @pytest.fixture(scope="module")

@@ -29,15 +29,6 @@ EXAMPLES = Path("/work/shared/osworld/evaluation_examples/examples")
 TABLE_RULES = {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}  # as OSWorld's calc tasks
 
 
-@pytest.fixture(scope="module")
-def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
-    display = Display()
-    served = Guest(display, tmp_path_factory.mktemp("guest") / "home").start()
-    yield served
-    served.close()
-    display.close()
-
-
 def server_of(guest: Guest) -> VMServer:
     return VMServer("127.0.0.1", guest.port, chromium_port=9222, vlc_port=8080)
 

@@ -14,7 +14,7 @@ from pytest_retrace.envs import EnvError
 from pytest_retrace.evaluators import EvaluatorError
 from pytest_retrace.osworld import package, setup
 from pytest_retrace.osworld.server import VMServer
-from tests.guests import Display, Guest, needs_desktop
+from tests.guests import Guest, needs_desktop
 from tests.osworld.test_evaluate import Counting, counting_server
 
 pytestmark = pytest.mark.skipif(package.root() is None, reason="desktop-env is not installed (scripts/bootstrap)")
@@ -22,15 +22,6 @@ pytestmark = pytest.mark.skipif(package.root() is None, reason="desktop-env is n
 
 def step(kind: str, **parameters: Any) -> dict[str, Any]:
     return {"type": kind, "parameters": parameters}
-
-
-@pytest.fixture(scope="module")
-def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
-    display = Display()
-    served = Guest(display, tmp_path_factory.mktemp("guest") / "home").start()
-    yield served
-    served.close()
-    display.close()
 
 
 @pytest.fixture
