@@ -177,7 +177,12 @@ def has(provider: Provider, need: str) -> bool:
         return need in BASE_PROGRAMS or PROGRAM_PACKAGES.get(need) in _image_packages()
     if not app.debian:
         return False
-    return all(_listed(p) for p in app.packages) and (app.module is None or _listed(f"python3-{app.module}"))
+    return all(_listed(p) for p in app.packages) and (app.module is None or _listed(f"python3-{app.module}")
+                                                       or app.module in IMAGE_PYTHON_MODULES)
+
+
+# Modules the image's Dockerfile copies from the guest's venv into the tasks' python3 (no Debian package has them)
+IMAGE_PYTHON_MODULES = frozenset({"pyautogui"})
 
 
 @cache

@@ -52,8 +52,8 @@ def test_each_provider_has_what_it_has(tmp_path: Path, monkeypatch: pytest.Monke
     # docker: the image's package lists; VS Code is in no Debian package, so only an OSWorld VM has it
     assert has("docker", "chrome") and has("docker", "mkdir") and not has("docker", "vs code")
     assert not has("docker", "a-program-no-package-is-known-for")
-    # nor pyautogui: Debian has no python3-pyautogui, and the image's pip packages are the guest server's venv's
-    assert not has("docker", "pyautogui")
+    # a Python module from a python3-<module> package only, or the Dockerfile's copy (pyautogui: no Debian package)
+    assert has("docker", "pyautogui") and not has("docker", "accessibility tree")
     assert lacking("remote", ["vs code", "gimp", "anything"]) == []
 
 
@@ -78,3 +78,12 @@ def test_check_counts_the_supported_tasks_a_provider_cannot_run(tmp_path: Path,
     rows = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows["code-1"]["lacking"] == ["vs code"] and rows["code-1"]["runnable"] is False
     assert rows["ls-1"]["runnable"] is True and rows["ls-1"]["provider"] == "docker"
+
+
+def test_the_images_python_modules_are_the_ones_its_dockerfile_copies() -> None:
+    from pytest_retrace.dataset.osworld_apps import IMAGE, IMAGE_PYTHON_MODULES, has
+
+    dockerfile = (IMAGE / "Dockerfile").read_text(encoding="utf-8")
+    for module in IMAGE_PYTHON_MODULES:
+        assert f'"$site/{module}"' in dockerfile and "/usr/local/lib/python3.11/dist-packages" in dockerfile
+    assert has("docker", "pyautogui")
