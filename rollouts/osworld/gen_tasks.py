@@ -101,13 +101,21 @@ calc("calc-sort", "stock-sort.xlsx",
 WRITER = "libreoffice_writer"
 
 
-def writer(slug: str, name: str, instruction: str, actions: list[str]) -> None:
+def office(domain: str, app: str, metric: str, slug: str, name: str, instruction: str, actions: list[str]) -> None:
+    """A document opened in LibreOffice `app`, saved by OSWorld's postconfig, judged by `metric` against the
+    gold document `<name>_gold.<ext>`."""
     path = f"{HOME}/{name}"
-    window = f"{name} - LibreOffice Writer"
-    add(Def(WRITER, slug, task(
-        slug, WRITER, instruction, [download(WRITER, slug, name), office_default(path), open_file(path)], ["libreoffice writer"],
-        {"postconfig": save_postconfig(window), "func": "compare_docx_files", "result": vm_file(path),
-         "expected": cloud_file(WRITER, slug, name.replace(".docx", "_gold.docx"))}), window, actions))
+    window = f"{name} - LibreOffice {app}"
+    stem, dot, ext = name.rpartition(".")
+    add(Def(domain, slug, task(
+        slug, domain, instruction, [download(domain, slug, name), office_default(path), open_file(path)],
+        [f"libreoffice {app.lower()}"],
+        {"postconfig": save_postconfig(window), "func": metric, "result": vm_file(path),
+         "expected": cloud_file(domain, slug, f"{stem}_gold{dot}{ext}")}), window, actions))
+
+
+def writer(slug: str, name: str, instruction: str, actions: list[str]) -> None:
+    office(WRITER, "Writer", "compare_docx_files", slug, name, instruction, actions)
 
 
 writer("writer-append", "notes.docx",
@@ -132,12 +140,7 @@ DESELECT = "pyautogui.click(540, 730)"
 
 
 def impress(slug: str, name: str, instruction: str, actions: list[str]) -> None:
-    path = f"{HOME}/{name}"
-    window = f"{name} - LibreOffice Impress"
-    add(Def(IMPRESS, slug, task(
-        slug, IMPRESS, instruction, [download(IMPRESS, slug, name), office_default(path), open_file(path)], ["libreoffice impress"],
-        {"postconfig": save_postconfig(window), "func": "compare_pptx_files", "result": vm_file(path),
-         "expected": cloud_file(IMPRESS, slug, name.replace(".pptx", "_gold.pptx"))}), window, actions))
+    office(IMPRESS, "Impress", "compare_pptx_files", slug, name, instruction, actions)
 
 
 impress("impress-title", "review.pptx",
