@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pytest_retrace.envs.desktop import GUEST_PROGRAMS, task_environment
 from pytest_retrace.osworld import package
-from pytest_retrace.osworld.evaluate import reads_tree
+from pytest_retrace.osworld.evaluate import getter_blocks, reads_tree
 
 Provider = Literal["xvfb", "docker", "remote"]
 PROVIDERS: tuple[Provider, ...] = ("xvfb", "docker", "remote")
@@ -106,10 +106,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _getters(evaluator: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for side in ("result", "expected"):
-        for getter in _list(evaluator.get(side)) or [evaluator.get(side)]:
-            if isinstance(getter, dict):
-                yield getter
+    return (getter for _, getter in getter_blocks(evaluator))
 
 
 def _step_needs(step: dict[str, Any]) -> set[str]:

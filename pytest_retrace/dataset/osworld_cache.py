@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace.osworld.evaluate import getter_blocks
 from pytest_retrace.osworld.setup import cached
 
 
@@ -49,21 +50,17 @@ def _downloads(steps: Any, where: str) -> Iterator[CacheFile]:
 
 def _cloud_files(evaluator: dict[str, Any]) -> Iterator[CacheFile]:
     """desktop-env's get_cloud_file: ``path`` and ``dest`` are one URL and name, or lists of them (``multi``)."""
-    for side in ("result", "expected"):
-        value = evaluator.get(side)
-        getters = value if isinstance(value, list) else [value]
-        for k, getter in enumerate(getters):
-            if not isinstance(getter, dict) or getter.get("type") != "cloud_file":
-                continue
-            urls, dests = getter.get("path"), getter.get("dest")
-            if not getter.get("multi"):
-                urls, dests = [urls], [dests]
-            if not (isinstance(urls, list) and isinstance(dests, list)):
-                continue
-            at = f"evaluator.{side}" + (f"[{k}]" if isinstance(value, list) else "")
-            for url, dest in zip(urls, dests):
-                if isinstance(url, str) and isinstance(dest, str) and dest and "/" not in dest:
-                    yield CacheFile(dest, url, at)
+    for field, getter in getter_blocks(evaluator):
+        if getter.get("type") != "cloud_file":
+            continue
+        urls, dests = getter.get("path"), getter.get("dest")
+        if not getter.get("multi"):
+            urls, dests = [urls], [dests]
+        if not (isinstance(urls, list) and isinstance(dests, list)):
+            continue
+        for url, dest in zip(urls, dests):
+            if isinstance(url, str) and isinstance(dest, str) and dest and "/" not in dest:
+                yield CacheFile(dest, url, f"evaluator.{field}")
 
 
 def write_placeholders(cache: Path, tasks: Iterable[dict[str, Any]]) -> tuple[int, int]:

@@ -56,6 +56,19 @@ def validate(evaluator: Any, where: str = "evaluator", cache_dir: Path | None = 
         raise problem.error()
 
 
+def getter_blocks(evaluator: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every result and expected getter mapping of an evaluator block, with its field (``result``,
+    ``expected[1]``); entries that are not mappings are left out."""
+    if not isinstance(evaluator, dict):
+        return
+    for side in ("result", "expected"):
+        value = evaluator.get(side)
+        listed = isinstance(value, list)
+        for k, getter in enumerate(value if listed else [value]):
+            if isinstance(getter, dict):
+                yield (f"{side}[{k}]" if listed else side), getter
+
+
 def reads_tree(getter: Any) -> bool:
     """Whether a getter mapping's desktop-env function reads the accessibility tree (found in its code)."""
     entry = package.entry("getter", getter["type"]) if isinstance(getter, dict) and "type" in getter else None
@@ -64,10 +77,7 @@ def reads_tree(getter: Any) -> bool:
 
 def needs_accessibility(evaluator: Any) -> bool:
     """Whether some result or expected getter of an evaluator block reads the accessibility tree."""
-    if not isinstance(evaluator, dict):
-        return False
-    return any(reads_tree(g) for side in ("result", "expected")
-               for g in (evaluator.get(side) if isinstance(evaluator.get(side), list) else [evaluator.get(side)]))
+    return any(reads_tree(getter) for _, getter in getter_blocks(evaluator))
 
 
 def _problems(evaluator: Any, where: str, cache_dir: Path | None, accessibility: bool = False) -> list[Problem]:

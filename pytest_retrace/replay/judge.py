@@ -51,10 +51,10 @@ def evaluated_files(task: Task) -> list[str]:
     if task.osworld is None:
         assert task.evaluator is not None
         return vm_files(task.evaluator)
-    results = task.osworld.evaluator.get("result")
-    blocks = results if isinstance(results, list) else [results]
-    paths = [b["path"] for b in blocks if isinstance(b, dict) and b.get("type") == "vm_file"
-             and isinstance(b.get("path"), str)]
+    from pytest_retrace.osworld.evaluate import getter_blocks
+
+    paths = [g["path"] for field, g in getter_blocks(task.osworld.evaluator)
+             if field.startswith("result") and g.get("type") == "vm_file" and isinstance(g.get("path"), str)]
     return list(dict.fromkeys(paths))
 
 
