@@ -30,7 +30,7 @@ from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, task_environment, 
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.guest.config import GuestConfig, GuestError
 from pytest_retrace.guest.server import read_token, serve
-from pytest_retrace.screen.frames import DEFAULT_SCREEN
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, park_point
 
 DISPLAY_NUMBER = 0
 PORT = 5000
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chown(runtime, uid, uid)
     _start_xvfb(size)
     _start_openbox(env, uid)
-    # the pointer parked in the corner, as the xvfb provider's reset leaves it (hover effects never differ)
-    subprocess.run(["xdotool", "mousemove", str(size[0] - 1), str(size[1] - 1)], env=env, check=True)
+    # the pointer parked by the corner, as the xvfb provider's reset leaves it (hover effects never differ)
+    subprocess.run(["xdotool", "mousemove", *map(str, park_point(size))], env=env, check=True)
     if args.exit_on_stdin_eof:
         _exit_on_stdin_eof()
     try:

@@ -13,6 +13,14 @@ DEFAULT_SCREEN = (1280, 800)  # width, height: every built-in case's screen, and
 Rect = tuple[int, int, int, int]  # x, y, w, h
 
 
+def park_point(size: tuple[int, int]) -> tuple[int, int]:
+    """Where every reset leaves the pointer: the bottom-right corner, where hover effects never depend on the
+    previous case, one pixel in on each axis. The corner pixel itself is one of pyautogui's fail-safe points:
+    a task's own ``python -c "import pyautogui; ..."`` step (OSWorld's configs and postconfigs, 186 of its Linux
+    tasks) raised FailSafeException there before the pointer had moved."""
+    return size[0] - 2, size[1] - 2
+
+
 def apply_masks(frame: np.ndarray, masks: Sequence[Rect], fill: int = 0) -> np.ndarray:
     if not masks:
         return frame

@@ -81,12 +81,10 @@ def activate(window: str, strict: bool = True) -> dict[str, Any]:
 
 
 def save_postconfig(window: str) -> list[dict[str, Any]]:
-    """OSWorld's LibreOffice postconfig: the document's window in front, Ctrl+S by pyautogui, a pause. With
-    pyautogui's fail-safe off: the harness parks the pointer in the screen's corner at reset, and a rollout that
-    only types leaves it there, where pyautogui refuses to act (FailSafeException) and nothing is saved."""
+    """OSWorld's LibreOffice postconfig, as its own task files write it: the document's window in front, Ctrl+S
+    by pyautogui, a pause."""
     return [activate(window), sleep(0.5),
-            execute(["python", "-c", 'import pyautogui; pyautogui.FAILSAFE = False; pyautogui.hotkey("ctrl", "s");']),
-            sleep(0.5)]
+            execute(["python", "-c", 'import pyautogui; pyautogui.hotkey("ctrl", "s");']), sleep(0.5)]
 
 
 def vm_file(path: str, dest: str | None = None) -> dict[str, Any]:

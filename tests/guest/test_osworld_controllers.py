@@ -21,6 +21,7 @@ from PIL import Image
 from pytest_retrace.envs.xvfb.environment import GUEST_HOME, XvfbEnvironment
 from pytest_retrace.guest.server import serve_environment
 from pytest_retrace.replay.cases import Task
+from pytest_retrace.screen.frames import park_point
 from tests.guests import Display, Guest, needs_desktop, osworld_module
 
 pytestmark = [pytest.mark.desktop, needs_desktop]
@@ -365,3 +366,16 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
             assert (tmp_path / "env.mp4").read_bytes()[4:8] == b"ftyp"
         tree = python.get_vm_directory_tree(GUEST_HOME)
         assert {"type": "file", "name": name} in tree["children"]
+
+
+def test_pyautogui_acts_right_after_a_reset(env: XvfbEnvironment, desktop_env: Any, tmp_path: Path) -> None:
+    """OSWorld's config and postconfig steps press keys with ``python -c "import pyautogui; ..."``, its fail-safe on:
+    the reset parks the pointer off the corners where pyautogui refuses to act (FailSafeException), so a step run
+    before anything has moved the pointer still acts."""
+    env.reset(_task(), Path("."))
+    assert env.cursor_position() == park_point(env.size)
+    with serve_environment(env) as served:
+        _, setup = controllers(desktop_env, served.port, tmp_path)
+        setup.setup([{"type": "execute", "parameters": {"command": [
+            "python", "-c", "import pyautogui; pyautogui.hotkey('shift'); open('/home/user/acted', 'w').write('yes')"]}}])
+    assert env.read_file("~/acted") == b"yes"

@@ -84,7 +84,7 @@ from pytest_retrace.envs.remote.pool import parse_reset, parse_urls, worker_inde
 from pytest_retrace.envs.remote.screens import DEFAULT_MAX, Backoff, Budget, parse_budget
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
-from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect, park_point
 from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 RESET_TIMEOUT = 600.0  # seconds a reset command may take
@@ -203,8 +203,7 @@ class RemoteEnvironment(GuestFiles):
             self._reset_on_host()
         self._cases += 1
         self.shots.new_case()
-        w, h = self.size
-        self._program(release_program(park=(w - 1, h - 1)), "releasing keys and parking the pointer", infra=True)
+        self._program(release_program(park=park_point(self.size)), "releasing keys and parking the pointer", infra=True)
         self.prepare(task, files, masks)
 
     def prepare(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:

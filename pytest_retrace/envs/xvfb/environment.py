@@ -44,7 +44,7 @@ from pytest_retrace.envs.xvfb.accessibility import start_buses
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
-from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
+from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect, park_point
 from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 NETWORK_MODES = ("none", "host")
@@ -104,7 +104,7 @@ class XvfbEnvironment(XDesktop):
         self.masks = masks
         self._settle = self.settle_cfg.at_least(task.settle_quiet)
         # the pointer outlives apps: park it so hover effects never depend on the previous case
-        self._xdotool(["mousemove", str(self.size[0] - 1), str(self.size[1] - 1)])
+        self._xdotool(["mousemove", *map(str, park_point(self.size))])
         apply_setup(self, task, files, masks)
         self.settle()
 
