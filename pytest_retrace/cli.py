@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -171,6 +172,17 @@ def _env_config(args: argparse.Namespace) -> EnvConfig | None:
         return None
 
 
+def _seconds(text: str) -> float:
+    """A task's quiet window, as Task.settle_quiet takes it: 0 to 10 seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10 seconds, got {text}")
+    return value
+
+
 def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     from pytest_retrace.dataset.pipeline import BuildConfig, Builder
 
@@ -178,6 +190,7 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       osworld=[Path(p) for p in args.osworld],
                       osworld_examples=Path(args.osworld_examples) if args.osworld_examples else None,
                       osworld_cache=Path(args.osworld_cache) if args.osworld_cache else None,
+                      osworld_settle_quiet=args.osworld_settle_quiet,
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
                       per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
                       perturb_agents=args.perturb_agent,
@@ -192,7 +205,8 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         for env in envs:
             env.start()
-        Builder(cfg, envs).run(start=args.from_stage)
+        # a build runs for hours, often into a log file: each line is flushed as it comes
+        Builder(cfg, envs, log=functools.partial(print, flush=True)).run(start=args.from_stage)
     finally:
         for env in envs:
             env.close()
@@ -317,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--osworld", action="append", default=[], help="an OSWorld results directory")
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
     bld.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)
+    bld.add_argument("--osworld-settle-quiet", type=_seconds, metavar="SECONDS",
+                     help="the imported OSWorld tasks' quiet window after each action (their task files have "
+                          "none; 1.0 for LibreOffice, which redraws on idle timers)")
     bld.add_argument("--catalogue", metavar="FILE", help="the mistake catalogue (default: the shipped one, "
                      "pytest_retrace/dataset/perturbations/); entries apply to the domains they name")
     bld.add_argument("--work", default=".retrace-build", help="work directory holding each stage's output")

@@ -52,7 +52,10 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Perturbation]:
 
 
 def _load_catalogue_file(path: Path) -> list[Perturbation]:
-    raw_entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        raw_entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the catalogue: {' '.join(str(exc).split())}") from None
     if not isinstance(raw_entries, list):
         raise ValueError(f"{path}: expected a list of perturbations")
     out = []

@@ -40,11 +40,13 @@ from pytest_retrace.dataset.trajectory import Dropped, Step, Trajectory, normali
 
 def import_osworld(
     results_dir: Path, examples_dir: Path | None = None, *, cache_dir: Path | None = None,
+    settle_quiet: float | None = None,
 ) -> tuple[list[Trajectory], list[Dropped]]:
     """Every ``traj.jsonl`` below ``results_dir`` (any depth) as a trajectory, or a drop with its reason.
 
     ``examples_dir`` is OSWorld's ``evaluation_examples/examples`` (``<domain>/<task_id>.json``);
-    ``cache_dir`` an OSWorld cache directory (``<task_id>/<file>``) where files its tasks download are found.
+    ``cache_dir`` an OSWorld cache directory (``<task_id>/<file>``) where files its tasks download are found;
+    ``settle_quiet`` every task's quiet window after an action (Task.settle_quiet).
     Returns trajectories sorted by id and drops sorted by source.  A trajectory id is
     ``osworld-<domain>-<task_id>``; when several runs of one task are imported (several models or
     settings), each of them gets ``-<model>`` appended (and a short path hash if that still collides).
@@ -61,7 +63,7 @@ def import_osworld(
     for traj_file in sorted(results_dir.rglob("traj.jsonl")):
         if not traj_file.is_file():
             continue
-        out = _import_task_dir(traj_file.parent, results_dir, examples_dir, cache_dir)
+        out = _import_task_dir(traj_file.parent, results_dir, examples_dir, cache_dir, settle_quiet)
         (dropped if isinstance(out, Dropped) else kept).append(out)
     _disambiguate(kept, results_dir)
     return sorted(kept, key=lambda t: t.id), sorted(dropped, key=lambda d: (d.source, d.reason))
@@ -85,7 +87,8 @@ class _Line:
 
 
 def _import_task_dir(
-    task_dir: Path, results_dir: Path, examples_dir: Path | None, cache_dir: Path | None
+    task_dir: Path, results_dir: Path, examples_dir: Path | None, cache_dir: Path | None,
+    settle_quiet: float | None,
 ) -> Trajectory | Dropped:
     task_dir = task_dir.absolute()
     source = f"osworld:{task_dir}"
@@ -106,7 +109,7 @@ def _import_task_dir(
     if isinstance(raw_task, str):
         return Dropped(source, raw_task)
     task_json, task_path = raw_task
-    task = build_task(task_json, domain, task_id, cache_dir)
+    task = build_task(task_json, domain, task_id, cache_dir, settle_quiet)
     if isinstance(task, str):
         return Dropped(source, task)
 

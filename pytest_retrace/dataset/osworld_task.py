@@ -43,10 +43,13 @@ def task_definition(
     return f"task definition not found: {examples_dir / domain / f'{task_id}.json'}"
 
 
-def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path | None) -> Task | str:
+def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path | None,
+               settle_quiet: float | None = None) -> Task | str:
     """The task with OSWorld's config and evaluator as they are, and ``osworld.cache``: each file its downloads
     and cloud_file getters take from ``cache_dir/<id>/``, by its name there -> its absolute path (the case
-    writer copies it into the case). Or why not: the first problem ``retrace osworld check`` would name."""
+    writer copies it into the case). ``settle_quiet``: the task's quiet window after each action (an OSWorld
+    task file has none; LibreOffice redraws on idle timers). Or why not: the first problem ``retrace osworld
+    check`` would name."""
     instruction = data.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         return "task definition has no instruction"
@@ -71,6 +74,7 @@ def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path 
             "osworld": {"id": task_id, "config": config, "evaluator": data["evaluator"], "cache": cache},
             # a judge that reads the AT-SPI tree: the task's apps run with it on (envs/xvfb/accessibility.py)
             "accessibility": needs_accessibility(data["evaluator"]),
+            **({"settle_quiet": settle_quiet} if settle_quiet is not None else {}),
         })
     except ValidationError as exc:
         err = exc.errors()[0]

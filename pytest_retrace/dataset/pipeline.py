@@ -69,6 +69,7 @@ class BuildConfig:
     osworld: list[Path] = field(default_factory=list)
     osworld_examples: Path | None = None
     osworld_cache: Path | None = None  # OSWorld's cache dir (<task_id>/<file>): files its tasks download
+    osworld_settle_quiet: float | None = None  # an imported task's quiet window after each action
     agents: list[str] = field(default_factory=list)  # model configs rolled out on the scripted tasks
     perturb_agents: list[str] = field(default_factory=list)  # model configs making mistakes (besides the catalogue)
     agent_dirs: list[Path] = field(default_factory=lambda: [Path("agents")])
@@ -144,7 +145,8 @@ class Builder:
         for root in self.cfg.osworld:
             from pytest_retrace.dataset.osworld import import_osworld
 
-            trajs, drops = import_osworld(root, self.cfg.osworld_examples, cache_dir=self.cfg.osworld_cache)
+            trajs, drops = import_osworld(root, self.cfg.osworld_examples, cache_dir=self.cfg.osworld_cache,
+                                          settle_quiet=self.cfg.osworld_settle_quiet)
             kept += trajs
             dropped += drops
         seen: dict[str, str] = {}

@@ -44,9 +44,14 @@ def _apply(env: Environment, step: AnyStep, files: Path, masks: Sequence[Rect]) 
     elif isinstance(step, ActivateStep):
         _activate(env, step)
     elif isinstance(step, SettleStep):
-        _settle(env, step, masks)
+        settle(env, step, masks)
     else:
         env.launch(step.command, window=step.window, timeout=step.timeout)
+
+
+def settle(env: Environment, step: SettleStep, masks: Sequence[Rect] = ()) -> None:
+    """One settle step on its own, for a setup that is not the task's steps (an OSWorld task's config)."""
+    _settle(env, step, masks)
 
 
 def _activate(env: Environment, step: ActivateStep) -> None:

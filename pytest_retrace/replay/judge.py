@@ -10,17 +10,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_retrace.envs import Environment
+from pytest_retrace.envs import EnvError, Environment
+from pytest_retrace.envs.setup import settle
+from pytest_retrace.envs.steps import SettleStep
 from pytest_retrace.evaluators import LATE_WRITES, Evaluation, evaluate
 from pytest_retrace.replay.casefiles import vm_files
 from pytest_retrace.replay.cases import Task
 from pytest_retrace.replay.osworld_task import OSWorldTask
 from pytest_retrace.screen.frames import Rect
 
+# After an OSWorld task's config, the first action waits for its apps: a quiet screen and idle processes (as a
+# `settle` setup step). OSWorld's own runner sleeps 60 s instead (lib_run_single); its `launch` steps return before
+# the app has a window, and GIMP, VLC or LibreOffice take seconds more to draw and load.
+CONFIG_SETTLE = SettleStep(type="settle", quiet=1.5, timeout=180.0)
+
 
 def reset(env: Environment, task: Task, case_dir: Path, masks: Sequence[Rect] = ()) -> None:
     """A fresh desktop with the task's setup: the harness's steps, then an OSWorld task's own config steps
-    through desktop-env's SetupController (a failure there is the harness's: nothing has acted yet)."""
+    through desktop-env's SetupController and a settle (a failure there is the harness's: nothing has acted yet)."""
     env.reset(task, case_dir, masks=masks)
     if task.osworld is not None and task.osworld.config:
         from pytest_retrace.osworld.connect import vm_server
@@ -28,6 +35,11 @@ def reset(env: Environment, task: Task, case_dir: Path, masks: Sequence[Rect] = 
 
         with _cache(task.osworld, case_dir) as cache:
             run_config(task.osworld.config, vm_server(env), cache)
+        quiet = max(CONFIG_SETTLE.quiet, task.settle_quiet or 0.0)
+        try:
+            settle(env, CONFIG_SETTLE.model_copy(update={"quiet": quiet}), masks)
+        except EnvError as exc:
+            raise EnvError(f"task {task.id}: after its OSWorld config: {exc}") from None
 
 
 def judge(task: Task, env: Environment, case_dir: Path, *, wait: float = LATE_WRITES,

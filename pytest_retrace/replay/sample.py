@@ -16,7 +16,11 @@ from pytest_retrace.replay.cases import RecoveryCase
 
 def app(case: RecoveryCase) -> str:
     """The application a case's task opens: its first launch step's program (LibreOffice's one binary counts
-    as its apps: ``soffice --calc``, ``soffice --writer``); ``-`` for a task that launches nothing."""
+    as its apps: ``soffice --calc``, ``soffice --writer``); an OSWorld task's domain, which OSWorld names by app
+    (``libreoffice_calc``, ``gimp``, ``multi_apps``), since its config opens its apps; ``-`` for a task that
+    launches nothing."""
+    if case.task.osworld is not None:
+        return case.task.domain
     launch = next((s for s in case.task.setup if s.type == "launch"), None)
     if launch is None:
         return "-"

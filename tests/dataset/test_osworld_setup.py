@@ -5,6 +5,7 @@ desktop, through the remote provider on a loopback guest, and through a whole `r
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,6 +86,43 @@ def test_imported_setup_runs_on_the_local_desktop(env: XvfbEnvironment, tmp_path
     assert env.read_file("/home/user/Desktop/data.bin") == DATA
     assert active_window(env) == "Alpha Term"
     assert len(env.find_windows("beta-term")) == 1
+
+
+def launched_only(root: Path, command: list[str], settle_quiet: float | None = None) -> Trajectory:
+    """An imported task whose config only launches `command` (OSWorld's launch returns before any window)."""
+    results, examples = root / "results", root / "examples"
+    write_run(results, "os", TASK_ID, ["pyautogui.press('enter')", "DONE"])
+    write_example(examples, "os", TASK_ID, config=[{"type": "launch", "parameters": {"command": command}}])
+    [traj], dropped = import_osworld(results, examples, settle_quiet=settle_quiet)
+    assert dropped == []
+    return traj
+
+
+@pytest.mark.desktop
+@needs_desktop
+def test_the_first_action_waits_for_the_configs_app(env: XvfbEnvironment, tmp_path: Path) -> None:
+    """After the config, reset waits for a quiet screen and idle processes: the launched terminal is drawn, and
+    its screen no longer changes, when the first action could come."""
+    traj = launched_only(tmp_path, ["xterm", "-title", "late-term"], settle_quiet=0.6)
+    assert traj.task.settle_quiet == 0.6  # retrace build --osworld-settle-quiet
+    reset(env, traj.task, traj.base_dir)
+    assert env.find_windows("late-term")
+    first = env.screenshot()
+    time.sleep(0.6)
+    assert (env.screenshot() == first).all()
+
+
+@pytest.mark.desktop
+@needs_desktop
+def test_a_config_whose_screen_never_settles_is_the_harness_error(env: XvfbEnvironment, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_retrace.envs import EnvError
+    from pytest_retrace.replay import judge
+
+    monkeypatch.setattr(judge, "CONFIG_SETTLE", judge.CONFIG_SETTLE.model_copy(update={"timeout": 4.0}))
+    traj = launched_only(tmp_path, ["xterm", "-e", "bash", "-c", "while :; do date +%N; sleep 0.05; done"])
+    with pytest.raises(EnvError, match=r"task .*: after its OSWorld config: the screen still changed after 4 s"):
+        reset(env, traj.task, traj.base_dir)
 
 
 @pytest.fixture
