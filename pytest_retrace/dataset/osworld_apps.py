@@ -59,9 +59,10 @@ APPS: dict[str, App] = {
     "nautilus": App(("nautilus",), ("nautilus",)),
     "vs code": App(("code",), debian=False),
     "pyautogui": App(("python3",), ("python3",), module="pyautogui"),
-    # a judge reading the AT-SPI tree: the task's own buses (envs/xvfb/accessibility.py) and pyatspi in its
-    # python3 (guest/accessibility.py); the docker provider starts no buses, so only xvfb and OSWorld's VMs have it
-    "accessibility tree": App(("dbus-daemon", "dbus-send"), ("python3-pyatspi",), module="pyatspi", debian=False),
+    # a judge reading the AT-SPI tree: the task's own buses (envs/accessibility.py: dbus-daemon, and at-spi2-core's
+    # bus launcher) and pyatspi in its python3 (guest/accessibility.py); the docker image's lists have both
+    # (python3-pyatspi in the osworld variant's), and its container starts the buses for such a task
+    "accessibility tree": App(("dbus-daemon", "dbus-send"), ("python3-pyatspi", "at-spi2-core"), module="pyatspi"),
 }
 # A program a step runs -> the app it is (the rest are plain programs, checked by name).
 PROGRAM_APPS = {"google-chrome": "chrome", "chromium": "chrome", "code": "vs code", "thunderbird": "thunderbird",

@@ -72,7 +72,7 @@ def build_task(data: dict[str, Any], domain: str, task_id: str, cache_dir: Path 
         return Task.model_validate({
             "id": task_id, "instruction": instruction, "domain": domain,
             "osworld": {"id": task_id, "config": config, "evaluator": data["evaluator"], "cache": cache},
-            # a judge that reads the AT-SPI tree: the task's apps run with it on (envs/xvfb/accessibility.py)
+            # a judge that reads the AT-SPI tree: the task's apps run with it on (envs/accessibility.py)
             "accessibility": needs_accessibility(data["evaluator"]),
             **({"settle_quiet": settle_quiet} if settle_quiet is not None else {}),
         })

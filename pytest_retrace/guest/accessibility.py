@@ -28,7 +28,8 @@ TREE_TIMEOUT = 60.0  # seconds for the whole tree: a large LibreOffice or Thunde
 OFF, NO_PYATSPI = 3, 4  # the script's exit codes for its two 501s
 ACCESSIBILITY_OFF = ("the accessibility tree is off for this task: its apps run without AT-SPI. A task whose "
                      "judge reads the tree sets `accessibility: true` (retrace build --osworld sets it for "
-                     "OSWorld's tasks that need it), on a provider that starts the buses (xvfb; not docker)")
+                     "OSWorld's tasks that need it), on a provider that starts the buses (xvfb, or docker "
+                     "with variant=osworld)")
 
 # Run as ``python3 -c`` inside the desktop: the standard library and pyatspi only. It prints the tree
 # zlib-compressed and base64-encoded (a command's output is capped at 1 MiB; a tree compresses ~10x).

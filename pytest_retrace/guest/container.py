@@ -8,6 +8,12 @@ command, app and action of the task runs as the unprivileged ``user`` (a uid of 
 sandbox: the agent cannot kill the server or the X server and so turn its own failure into an infrastructure
 error. The container's capabilities, memory and process count are limited by the provider (envs/docker/environment.py).
 
+``--accessibility`` (a task whose judge reads the AT-SPI tree, ``Task.accessibility``): the task environment with
+accessibility on, and the task's session and AT-SPI buses started as its user before the guest serves
+(envs/accessibility.py, as the xvfb provider's reset does). The tree is read with the desktop's python3 and
+pyatspi (guest/accessibility.py), which only the ``osworld`` image variant has: without it, or with a bus that
+does not answer, the container exits with the reason on stderr, which the provider reports at reset.
+
 ``--exit-on-stdin-eof``: the docker provider creates the container with stdin open and attached once
 (``StdinOnce``); when the worker that owns it goes away, however it ends (SIGKILL included), the engine
 closes stdin, this process exits, and the container (created with auto-remove) is gone. Without the flag a
@@ -26,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.accessibility import start_buses
 from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, task_environment, xvfb_argv
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.guest.config import GuestConfig, GuestError
@@ -95,6 +103,26 @@ def _start_openbox(env: dict[str, str], uid: int) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _start_buses(env: dict[str, str], uid: int) -> None:
+    """The task's accessibility buses, as its user with its environment (envs/accessibility.py)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pyatspi') is None)"
+    if subprocess.run(["python3", "-c", probe], env=env, check=False).returncode != 0:
+        raise SystemExit("retrace container: --accessibility: this image's python3 has no pyatspi "
+                         "(python3-pyatspi), which GET /accessibility reads the tree with: use the docker "
+                         "provider's image variant that has it, option variant=osworld")
+    prefix = [*_as_user(uid), "env", "-i", *(f"{k}={v}" for k, v in env.items())]
+
+    def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*prefix, *argv], cwd=GUEST_HOME, **kwargs)  # type: ignore[call-overload]
+
+    try:
+        seconds = start_buses(popen, env, WM_HOME / "buses.log", packages="dbus-x11 and at-spi2-core (the image's "
+                              "packages.txt)")
+    except EnvError as exc:
+        raise SystemExit(f"retrace container: {exc}") from None
+    print(f"retrace container: the accessibility buses answered in {seconds:.2f} s", file=sys.stderr, flush=True)
+
+
 def _exit_on_stdin_eof() -> None:
     def watch() -> None:
         while os.read(0, 65536):
@@ -108,17 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_retrace.guest.container")
     parser.add_argument("--size", default="{}x{}".format(*DEFAULT_SCREEN), help="the screen, WxH")
     parser.add_argument("--exit-on-stdin-eof", action="store_true")
+    parser.add_argument("--accessibility", action="store_true", help="the task's AT-SPI buses, bridges on")
     args = parser.parse_args(argv)
     width, _, height = args.size.partition("x")
     size = (int(width), int(height))
     uid = int(os.environ.pop(UID_VARIABLE, IMAGE_UID))
     _become(uid)
-    env = task_environment(f":{DISPLAY_NUMBER}", GUEST_HOME)
+    env = task_environment(f":{DISPLAY_NUMBER}", GUEST_HOME, accessibility=args.accessibility)
     runtime = Path(env["XDG_RUNTIME_DIR"])
     runtime.mkdir(mode=0o700, exist_ok=True)
     os.chown(runtime, uid, uid)
     _start_xvfb(size)
     _start_openbox(env, uid)
+    if args.accessibility:
+        _start_buses(env, uid)
     # the pointer parked by the corner, as the xvfb provider's reset leaves it (hover effects never differ)
     subprocess.run(["xdotool", "mousemove", *map(str, park_point(size))], env=env, check=True)
     if args.exit_on_stdin_eof:

@@ -45,6 +45,7 @@ class Task:
     setup: list = field(default_factory=list)
     network: bool = False
     settle_quiet: float | None = None
+    accessibility: bool = False
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ from pathlib import Path
 from pytest_retrace.envs.docker.environment import DockerEnvironment
 from pytest_retrace.screen.settle import SettleConfig
 class Task:
-    id = "t"; setup = []; network = False; settle_quiet = None
+    id = "t"; setup = []; network = False; settle_quiet = None; accessibility = False
 env = DockerEnvironment(size=(640, 480), settle=SettleConfig(timeout=5.0, quiet=0.2, interval=0.03), spare=True)
 env.start()
 env.reset(Task(), Path("."))

@@ -14,6 +14,9 @@
   reset is ~1 s shorter; but its boot loads the machine exactly while the case's prefix replays, and one
   timing-sensitive built-in case then desynced (4 of 12 at -n 8; 0 of 12 without). Measured cost in
   benchmarks/bench_docker.py.
+- **Accessibility**: a task with ``accessibility`` (its judge reads the AT-SPI tree) gets a container started with
+  ``--accessibility`` (guest/container.py: its own session and AT-SPI buses, bridges on), never the spare (made
+  without); the tree is read with pyatspi, which the ``osworld`` variant has. Measured cost in docs/osworld.md.
 - **One container per worker** at a time, on the worker's engine: ``hosts`` is a list of engines
   (``unix:///var/run/docker.sock``, ``tcp://10.0.0.5:2376``, ``ssh://user@host``), worker ``gwN`` uses
   ``hosts[N % len(hosts)]``; without it, ``DOCKER_HOST`` (and ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``) or
@@ -58,6 +61,7 @@ import numpy as np
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import CommandResult, EnvError, check_on_screen
 from pytest_retrace.envs.docker.image import check_variant
+from pytest_retrace.envs.docker.logs import LogTail, container_logs
 from pytest_retrace.envs.docker.options import parse_hosts, parse_memory
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.remote.pool import worker_index
@@ -95,6 +99,8 @@ class _Container:
     url: str  # of its guest
     token: str
     network: str  # the docker network it is on
+    accessibility: bool = False  # started with --accessibility: the task's AT-SPI buses (guest/container.py)
+    logs: LogTail | None = None  # its output, followed: auto-remove deletes the logs of a container that exits
 
 
 class DockerEnvironment:
@@ -206,10 +212,10 @@ class DockerEnvironment:
         self._current = self._guest = None
         net = self._network_for("host" if task.network or self.network == "host" else "none")
         spare, self._spare = self._spare, None
-        if spare is not None and spare.network != net:
-            self._remove(spare)  # made for the other network
+        if spare is not None and (spare.network, spare.accessibility) != (net, task.accessibility):
+            self._remove(spare)  # made for the other network, or without the buses this task's judge reads
             spare = None
-        box = self._current = spare or self._start(net)
+        box = self._current = spare or self._start(net, task.accessibility)
         self._wait_ready(box)
         guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[box.url], timeout=self.timeout,
                                   python=GUEST_PYTHON)
@@ -218,14 +224,16 @@ class DockerEnvironment:
         guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
         if self.spare:
             # the next case's container boots while this one runs: a container made from the image that nothing
-            # has touched but its own boot is what a new one would be, so reset stays equivalent to recreating
+            # has touched but its own boot is what a new one would be, so reset stays equivalent to recreating;
+            # it is used only for a task it is exactly that for (its network, no accessibility buses)
             self._spare = self._start(self._network_for("none"))
 
     def _network_for(self, network: str) -> str:
         return NETWORKS["host" if self._remote_engine else network]
 
-    def _start(self, net: str) -> _Container:
-        """Create, attach and start a container on the docker network `net` (not waiting for its guest)."""
+    def _start(self, net: str, accessibility: bool = False) -> _Container:
+        """Create, attach and start a container on the docker network `net` (not waiting for its guest); with
+        `accessibility`, its entry point starts the task's AT-SPI buses before serving."""
         api = self._client.api
         token = secrets.token_hex(24)
         remote = self._remote_engine
@@ -236,17 +244,19 @@ class DockerEnvironment:
             port_bindings={GUEST_PORT: ("0.0.0.0", None)} if remote else None)  # noqa: S104 - remote engines: token-guarded
         w, h = self.size
         created = api.create_container(
-            self.image, ["--size", f"{w}x{h}", "--exit-on-stdin-eof"], stdin_open=True, detach=False, tty=False,
+            self.image, ["--size", f"{w}x{h}", "--exit-on-stdin-eof", *(["--accessibility"] if accessibility else [])],
+            stdin_open=True, detach=False, tty=False,
             environment={TOKEN_VARIABLE: token, UID_VARIABLE: str(TASK_UID_BASE + secrets.randbelow(TASK_UIDS))},
             host_config=host_config, ports=[GUEST_PORT] if remote else None,
             labels={LABEL: "desktop", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
                     f"{LABEL}.run": _RUN_ID, f"{LABEL}.worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
-        box = _Container(created["Id"], None, "", token, net)
+        box = _Container(created["Id"], None, "", token, net, accessibility)
         try:
             # attached before start: when this socket closes (close(), or this process dying), stdin closes
             # (StdinOnce), the entry point exits and auto-remove deletes the container
             box.stdin = api.attach_socket(box.id, params={"stdin": 1, "stream": 1})
             api.start(box.id)
+            box.logs = LogTail(api, box.id)
             info = api.inspect_container(box.id)
             if remote:
                 binding = (info["NetworkSettings"]["Ports"].get(f"{GUEST_PORT}/tcp") or [{}])[0]
@@ -274,10 +284,10 @@ class DockerEnvironment:
                 pass
             state = self._state(box.id)
             if state not in ("running", "created"):
-                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs(box.id)}")
+                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs(box)}")
             if time.monotonic() > deadline:
                 raise EnvError(f"docker: the desktop container did not serve within {self.ready_timeout:g} s: "
-                               f"{self._logs(box.id)}")
+                               f"{self._logs(box)}")
             time.sleep(0.05)
 
     def _state(self, container: str) -> str:
@@ -286,11 +296,8 @@ class DockerEnvironment:
         except Exception:  # noqa: BLE001 - gone (auto-removed) or the engine failed
             return "removed"
 
-    def _logs(self, container: str) -> str:
-        try:
-            return self._client.api.logs(container, tail=30).decode(errors="replace").strip()[-1500:]
-        except Exception:  # noqa: BLE001 - removed already: nothing to show
-            return "(no logs: the container is gone)"
+    def _logs(self, box: _Container) -> str:
+        return container_logs(self._client.api, box.id, box.logs)
 
     def _remove(self, box: _Container | None) -> None:
         if box is None:
@@ -333,7 +340,7 @@ class DockerEnvironment:
         if self._current is None:
             return "no container"
         if (state := self._state(self._current.id)) != "running":
-            return f"the desktop container is {state}: {self._logs(self._current.id)}"
+            return f"the desktop container is {state}: {self._logs(self._current)}"
         if (fault := self.guest.harness_fault()) is not None:
             return fault
         try:

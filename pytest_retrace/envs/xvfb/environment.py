@@ -33,6 +33,7 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import ActionFailed, CommandResult, EnvError, check_on_screen
+from pytest_retrace.envs.accessibility import start_buses
 from pytest_retrace.envs.desktop import TEMPLATE
 from pytest_retrace.envs.guestfs import MAX_READ
 from pytest_retrace.envs.ports import Relays
@@ -40,7 +41,6 @@ from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
-from pytest_retrace.envs.xvfb.accessibility import start_buses
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
@@ -99,8 +99,8 @@ class XvfbEnvironment(XDesktop):
         assert self.sandbox is not None
         self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid(),
                            accessibility=task.accessibility)
-        if task.accessibility:  # its judge reads the AT-SPI tree: the task's own buses (xvfb/accessibility.py)
-            self.bus_seconds = start_buses(self.sandbox, self.root / "logs" / "buses.log")
+        if task.accessibility:  # its judge reads the AT-SPI tree: the task's own buses (envs/accessibility.py)
+            self.bus_seconds = start_buses(self.sandbox.popen, self.sandbox.env(), self.root / "logs" / "buses.log")
         self.masks = masks
         self._settle = self.settle_cfg.at_least(task.settle_quiet)
         # the pointer outlives apps: park it so hover effects never depend on the previous case
