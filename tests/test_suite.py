@@ -27,15 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from pytest_retrace.replay.cases import KINDS, load_case
 from pytest_retrace.replay.sample import app, pick
 from tests import suite_calibration as calibration
 from tests.helpers import docker_client
-from tests.suite_calibration import MODELS, run_suite
+from tests.suite_calibration import MODELS, check_complete_and_error_free, recorded, run_suite, verdicts
 
 FILES = calibration.case_files()
 CASES = {p: load_case(p) for p in FILES}
@@ -57,17 +55,6 @@ def one_per_app() -> list[Path]:
     return sorted(first.values())
 
 
-def by_model(records: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        out[r["model"]].append(r)
-    return out
-
-
-def verdicts(records: list[dict]) -> dict[tuple[str, str], tuple]:
-    return {(r["case"], r["model"]): (r["verdict"], r["r_o"], r["r_tc"]) for r in records}
-
-
 def test_suite_composition() -> None:
     cases = list(CASES.values())
     assert len(cases) >= 150, len(cases)
@@ -75,80 +62,19 @@ def test_suite_composition() -> None:
     assert len({c.task.domain for c in cases}) >= 8, {c.task.domain for c in cases}
     kinds = [c.metadata["kind"] for c in cases]
     assert all(kinds.count(k) >= 20 for k in KINDS), {k: kinds.count(k) for k in KINDS}
-    assert {c.horizon for c in cases} == {"short", "long"}
-    for c in cases:
-        n = len(c.perturbation)
-        ok = (c.d, n) == (1, 1) if c.horizon == "short" else c.d == 5 and 3 <= n <= 5
-        assert ok, f"{c.id}: a {c.horizon}-horizon case with d={c.d} and {n} perturbation action(s)"
-        assert c.metadata.get("ground_truth") and c.metadata.get("mistake"), c.id
-    assert len({c.id for c in cases}) == len(cases)
+    calibration.check_cases_are_well_formed(cases)
 
 
 def test_kinds_are_measured_and_identical_error_screens_carry_a_probe() -> None:
-    for case in CASES.values():
-        same = np.array_equal(np.asarray(Image.open(case.target_png).convert("RGB")),
-                              np.asarray(Image.open(case.error_png).convert("RGB")))
-        assert same == (case.metadata["kind"] == "hidden-state"), (case.id, case.metadata["kind"])
-        if same:
-            assert case.probes, f"{case.id}: an error screen equal to its target needs a probe"
-
-
-def check_complete_and_error_free(records: list[dict], n_cases: int) -> None:
-    assert len(records) == n_cases * len(MODELS)
-    errors = [(r["case"], r["model"], r["error"]) for r in records if r["verdict"] == "error"]
-    assert errors == []
-
-
-def check_calibration(records: list[dict]) -> None:
-    models = by_model(records)
-    assert [r["case"] for r in models["noop"] if r["recovered"]] == []
-    assert [r["case"] for r in models["oracle"] if not r["recovered"]] == []
-    recovered = sum(bool(r["recovered"]) for r in models["undo"])
-    assert 0 < recovered < len(models["undo"]), f"undo recovered {recovered}/{len(models['undo'])}"
-
-
-def check_each_kind_needs_its_half_of_the_oracle(records: list[dict]) -> None:
-    kind = {c.id: c.metadata["kind"] for c in CASES.values()}
-    noop = by_model(records)["noop"]
-    only_tc = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] in ("hidden-state", "subtle")]
-    only_o = [(r["case"], r["r_o"], r["r_tc"]) for r in noop if kind[r["case"]] == "visual-only"]
-    assert all(ro and not rtc for _, ro, rtc in only_tc), [x for x in only_tc if not (x[1] and not x[2])]
-    assert all(rtc and not ro for _, ro, rtc in only_o), [x for x in only_o if not (x[2] and not x[1])]
-
-
-def check_probes_fail_under_noop_and_pass_under_the_oracle(records: list[dict]) -> None:
-    with_probes = {c.id for c in CASES.values() if c.probes}
-    for r in records:
-        if r["case"] in with_probes and r["model"] in ("noop", "oracle"):
-            restored = {p["restored"] for p in r["probes"]}
-            assert restored == {r["model"] == "oracle"}, (r["case"], r["model"], r["probes"])
-
-
-def recorded() -> list[dict]:
-    """The recorded full run as records (the fields the checks read)."""
-    return [{"case": case_id, "model": model, "recovered": o["verdict"] == "recovered", "verdict": o["verdict"],
-             "r_o": o["r_o"], "r_tc": o["r_tc"], "error": o["error"],
-             "probes": [{"restored": x} for x in o["probes_restored"]]}
-            for case_id, entry in calibration.load()["cases"].items() for model, o in entry["runs"].items()]
+    calibration.check_kinds_are_measured(list(CASES.values()))
 
 
 def test_the_recorded_full_calibration_is_of_this_suite_and_meets_the_bar() -> None:
     data = calibration.load()
     assert data["schema"] == calibration.SCHEMA and data["workers"] == 16
-    now = {case.id: path for path, case in CASES.items()}
-    stale = sorted(c for c in now.keys() & data["cases"].keys()
-                   if calibration.case_digest(now[c]) != data["cases"][c]["digest"])
-    assert (sorted(now.keys() - data["cases"].keys()), sorted(data["cases"].keys() - now.keys()), stale) == \
-        ([], [], []), "cases (added, removed, changed) since the recorded calibration: run python -m tests.suite_calibration"
-    records = recorded()
-    failures = []
-    for check, args in ((check_complete_and_error_free, (records, len(FILES))), (check_calibration, (records,)),
-                        (check_each_kind_needs_its_half_of_the_oracle, (records,)),
-                        (check_probes_fail_under_noop_and_pass_under_the_oracle, (records,))):
-        try:
-            check(*args)
-        except AssertionError as exc:
-            failures.append(f"{check.__name__}: {exc}")
+    assert calibration.stale(calibration.BUILTIN, {case.id: path for path, case in CASES.items()}) == ([], [], []), \
+        "cases (added, removed, changed) since the recorded calibration: run python -m tests.suite_calibration"
+    failures = calibration.check_recorded(calibration.BUILTIN, CASES)
     assert not failures, "\n".join(failures)
 
 
