@@ -56,9 +56,10 @@ def print_tables(log: Callable[[str], object], counts: list[tuple[str, int]], tr
         table[dom][c["kind"]] += 1
         table[dom][c["horizon"]] += 1
     cols = [*KINDS, "short", "long"]
-    log("  " + f"{'domain':<14}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
+    w = max([14, *(len(d) + 1 for d in table)])  # OSWorld's domains are longer (libreoffice_impress)
+    log("  " + f"{'domain':<{w}}" + "".join(f"{c:>14}" for c in cols) + f"{'total':>8}")
     for dom in sorted(table):
         total = sum(table[dom][k] for k in KINDS)
-        log("  " + f"{dom:<14}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
-    log(f"  {'all':<14}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
+        log("  " + f"{dom:<{w}}" + "".join(f"{table[dom][c]:>14}" for c in cols) + f"{total:>8}")
+    log(f"  {'all':<{w}}" + "".join(f"{sum(t[c] for t in table.values()):>14}" for c in cols)
              + f"{len(chosen):>8}")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
 import logging
 import os
+import sys
 import threading
 import uuid
 import warnings
@@ -93,13 +93,51 @@ def quiet(errors: list[str] | None = None) -> Iterator[None]:
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings(), _silenced("stdout"), _silenced("stderr"):
             warnings.simplefilter("ignore")
             yield
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+class _PerThread:
+    """A process stream (sys.stdout, sys.stderr) whose writes from a silenced thread go nowhere. Not
+    contextlib.redirect_stdout, which swaps the process's stream: under `retrace build`'s desktop threads one
+    thread's desktop-env call swallowed every other thread's output, and two calls that overlapped restored each
+    other's StringIO, so the build's log stopped for good after its first OSWorld setup."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.silenced = threading.local()
+
+    def write(self, text: str) -> int:
+        return len(text) if getattr(self.silenced, "on", False) else self.real.write(text)
+
+    def flush(self) -> None:
+        if not getattr(self.silenced, "on", False):
+            self.real.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty: the real stream's
+        return getattr(self.real, name)
+
+
+_STREAMS = threading.Lock()
+
+
+@contextlib.contextmanager
+def _silenced(name: str) -> Iterator[None]:
+    with _STREAMS:
+        stream = getattr(sys, name)
+        if not isinstance(stream, _PerThread):  # installed once; pytest's capture may replace it, then again
+            stream = _PerThread(stream)
+            setattr(sys, name, stream)
+    before = getattr(stream.silenced, "on", False)
+    stream.silenced.on = True
+    try:
+        yield
+    finally:
+        stream.silenced.on = before
 
 
 class _Collect(logging.Handler):

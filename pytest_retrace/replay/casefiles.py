@@ -93,6 +93,9 @@ def by_content(case: Any) -> dict[str, Any]:
             step["src"] = file_hash(case.dir / step["src"])
 
     data["task"]["evaluator"] = map_local_files(data["task"]["evaluator"], lambda p: file_hash(case.dir / p))
+    if data["task"].get("osworld") is not None:  # the files OSWorld's config and getters take from its cache
+        cache = data["task"]["osworld"]["cache"]
+        data["task"]["osworld"]["cache"] = {name: file_hash(case.dir / rel) for name, rel in cache.items()}
     return data
 
 

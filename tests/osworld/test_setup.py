@@ -141,3 +141,40 @@ def test_an_until_never_met_ends_at_the_deadline(guest: Guest, tmp_path: Path,
     while any(t.name == "osworld-setup" for t in threading.enumerate()):  # its loop was made to give up
         assert time.monotonic() < deadline, "desktop-env's execute loop still runs"
         time.sleep(0.1)
+
+
+def test_quiet_silences_its_own_thread_only() -> None:
+    """desktop-env's prints are kept out of the output, per thread: `retrace build` runs OSWorld setups on several
+    desktops' threads at once, and another thread's output, or the process's after two overlapping calls, must
+    still reach the real stream (contextlib.redirect_stdout swapped the process's stream: the build's log stopped)."""
+    import io
+    import sys
+    import threading
+
+    from pytest_retrace.osworld.setup import quiet
+
+    real = io.StringIO()
+    saved = sys.stdout
+    sys.stdout = real
+    try:
+        inside, release = threading.Event(), threading.Event()
+
+        def other() -> None:
+            with quiet():
+                print("from desktop-env, thread 2")
+                inside.set()
+                release.wait(5)
+
+        thread = threading.Thread(target=other)
+        with quiet():
+            thread.start()
+            inside.wait(5)
+            print("from desktop-env, thread 1")
+        print("the build's log, while thread 2 is still quiet")  # thread 1 left first: overlapping calls
+        release.set()
+        thread.join(5)
+        print("the build's log, after both")
+    finally:
+        sys.stdout = saved
+    assert real.getvalue().splitlines() == ["the build's log, while thread 2 is still quiet",
+                                            "the build's log, after both"]

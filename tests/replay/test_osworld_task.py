@@ -13,7 +13,7 @@ from pytest_retrace.osworld import package
 from pytest_retrace.replay.caseyaml import CaseError
 from pytest_retrace.replay.cases import load_case
 from pytest_retrace.replay.judge import evaluated_files
-from tests.helpers import VALID, write_case
+from tests.helpers import VALID, png, write_case
 
 pytestmark = pytest.mark.skipif(package.root() is None, reason="desktop-env is not installed (scripts/bootstrap)")
 
@@ -72,3 +72,29 @@ def test_build_copies_the_cache_files_into_the_case(tmp_path: Path) -> None:
     rel = own.osworld.cache["sum_gold.xlsx"]
     assert (domain / rel).read_bytes() == b"PK placeholder" and rel.startswith("case-1/")
     assert own.osworld.evaluator == case.task.osworld.evaluator
+
+
+def test_cases_sharing_a_cache_file_keep_it_once_and_stay_the_same(tmp_path: Path) -> None:
+    """`retrace build --osworld` copies each case's cache files (a gold workbook, a profile) into the case; a file
+    several cases take is kept once in shared/, and each case loads as the same case as before (by content)."""
+    from pytest_retrace.dataset.share import share_duplicates
+    from pytest_retrace.replay.casefiles import by_content
+
+    app = tmp_path / "suite" / "calc"
+    paths = []
+    for name in ("a", "b"):  # as the case writer lays cases out: <suite>/<app>/<id>.yaml, its files in <id>/
+        data = copy.deepcopy(VALID)
+        data["task"].pop("evaluator")
+        data["task"]["osworld"] = {**OSWORLD, "cache": {"sum_gold.xlsx": f"{name}/expected/sum_gold.xlsx"}}
+        data["screenshots"] = {"target": f"{name}/target.png", "error": f"{name}/error.png"}
+        (app / name / "expected").mkdir(parents=True)
+        (app / name / "expected" / "sum_gold.xlsx").write_bytes(b"PK the same gold workbook")
+        for shot in ("target", "error"):
+            png(app / name / f"{shot}.png")
+        paths.append(write_case(app, name, data, pngs=False))
+    before = [by_content(load_case(p)) for p in paths]
+    assert share_duplicates(tmp_path / "suite", log=lambda line: pytest.fail(line)) == paths
+    after = [load_case(p) for p in paths]
+    assert [by_content(c) for c in after] == before  # the same cases, file for file
+    [kept] = {c.task.osworld.cache["sum_gold.xlsx"] for c in after if c.task.osworld is not None}
+    assert kept.startswith("../shared/sum_gold-") and not (app / "a" / "expected").exists()
