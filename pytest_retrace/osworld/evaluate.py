@@ -210,9 +210,12 @@ class _Func:
     score: float | None  # None: the result getter raised FileNotFoundError
 
 
-def evaluate(evaluator: Any, server: VMServer, cache_dir: Path, *, last_action: str | None = None) -> Evaluation:
+def evaluate(evaluator: Any, server: VMServer, cache_dir: Path, *, last_action: str | None = None,
+             after_postconfig: Callable[[], str | None] | None = None) -> Evaluation:
     """The score OSWorld's ``DesktopEnv.evaluate()`` gives the desktop behind ``server`` (module docstring).
-    ``cache_dir`` is the task's cache directory: its cloud files, and where getters put what they fetch."""
+    ``cache_dir`` is the task's cache directory: its cloud files, and where getters put what they fetch;
+    ``after_postconfig`` runs between the postconfig steps and the getters (a wait for what they started), and
+    may return a line for the details."""
     validate(evaluator, cache_dir=cache_dir, accessibility=True)  # whether the tree is served: _tree_served
     cache_dir.mkdir(parents=True, exist_ok=True)
     post = evaluator.get("postconfig", [])
@@ -221,6 +224,8 @@ def evaluate(evaluator: Any, server: VMServer, cache_dir: Path, *, last_action: 
         alive(server)  # the step failed on what the agent left (a file it did not save), not on the server
         return Evaluation(0.0, False, [f"postconfig: {clip(failure, 300)}" + _logged(errors)])
     done = [f"postconfig: {len(post)} step(s) run"] if post else []
+    if post and after_postconfig is not None and (note := after_postconfig()):
+        done.append(note)
     if evaluator["func"] == "infeasible":
         score = 1.0 if last_action == "FAIL" else 0.0
         return Evaluation(score, score >= 1.0, [*done, f"infeasible: last action {last_action or 'none'}: {score:g}"])

@@ -46,7 +46,8 @@ def judge(task: Task, env: Environment, case_dir: Path, *, wait: float = LATE_WR
           last_action: str | None = None) -> Evaluation:
     """The task's evaluation on the desktop as it is now. ``last_action`` ("FAIL" when the agent gave up) is
     what OSWorld's `infeasible` reads. OSWorld's evaluation runs once, as OSWorld runs it: its ``postconfig``
-    acts on the desktop (saving a file, closing a window), so it cannot be repeated like the harness's."""
+    acts on the desktop (saving a file, closing a window), so it cannot be repeated like the harness's; what
+    its steps started is waited for before the getters read the desktop (POSTCONFIG_SETTLE)."""
     if task.osworld is None:
         assert task.evaluator is not None  # Task._one_judge
         return evaluate(task.evaluator, env, case_dir, wait=wait)
@@ -54,7 +55,23 @@ def judge(task: Task, env: Environment, case_dir: Path, *, wait: float = LATE_WR
     from pytest_retrace.osworld.evaluate import evaluate as osworld_evaluate
 
     with _cache(task.osworld, case_dir) as cache:
-        return osworld_evaluate(task.osworld.evaluator, vm_server(env), cache, last_action=last_action)
+        return osworld_evaluate(task.osworld.evaluator, vm_server(env), cache, last_action=last_action,
+                                after_postconfig=lambda: _after_postconfig(env))
+
+
+# OSWorld's save postconfig presses ctrl+s and sleeps 0.5 s; LibreOffice, loaded (16 desktops on 2 cores, or
+# containers), took longer to write the file, and the getter read the old one: the oracle's R_TC failed on 5 of
+# 12 calc cases in a docker run. So the getters wait for a quiet screen and idle processes first, as a reset
+# waits after the config. A desktop that stays busy is what the agent left: judged as it is, with a note.
+POSTCONFIG_SETTLE = SettleStep(type="settle", quiet=1.0, timeout=30.0)
+
+
+def _after_postconfig(env: Environment) -> str | None:
+    try:
+        settle(env, POSTCONFIG_SETTLE)
+    except EnvError as exc:
+        return f"judged while still busy after the postconfig: {exc}"
+    return None
 
 
 def evaluated_files(task: Task) -> list[str]:
