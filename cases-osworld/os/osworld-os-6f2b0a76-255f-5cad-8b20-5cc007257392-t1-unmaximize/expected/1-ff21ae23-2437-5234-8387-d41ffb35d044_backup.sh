@@ -1,0 +1,2 @@
+#!/bin/sh
+tar czf ~/backup.tgz ~/notes
