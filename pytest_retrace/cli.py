@@ -214,24 +214,9 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace, extra: list[str]) -> int:
-    from pytest_retrace.results.records import RecordError
-    from pytest_retrace.results.session import read_records
-    from pytest_retrace.results.stats import summarize
-    from pytest_retrace.results.tables import format_table
+    from pytest_retrace.results.commands import summary
 
-    try:
-        records = [r for p in args.results for r in read_records(Path(p))]
-    except (OSError, RecordError) as exc:
-        print(f"retrace summary: {exc}", file=sys.stderr)
-        return 2
-    summary = summarize(records)
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
-    else:
-        print(format_table(summary))
-        print()
-        print(format_table(summary, by_domain=True))
-    return 0
+    return summary(args.results, as_json=args.json)
 
 
 def _cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
@@ -352,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_retrace.dataset.osworld_cli import add_osworld_commands
 
     add_osworld_commands(sub, _CACHE_HELP)
-    summ = sub.add_parser("summary", help="summarize one or more results.jsonl files")
+    from pytest_retrace.experiments.commands import add_experiment_commands
+
+    add_experiment_commands(sub)
+    summ = sub.add_parser("summary", help="summarize one or more results.jsonl files (a forward run's forward.jsonl)")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")
     summ.set_defaults(func=_cmd_summary)

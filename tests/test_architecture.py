@@ -19,6 +19,7 @@ LAYERS = [
     ["cli", "testing"],
     ["plugin"],
     ["results", "dataset"],
+    ["experiments"],
     ["replay"],
     ["osworld"],
     ["agents", "evaluators", "guest"],

@@ -82,6 +82,8 @@ class AgentContext:
     summary: str | None = None  # explicit-context: the contextualizer's description of the target state
     # Privileged hook for the oracle baseline only: reset the env and replay the ground-truth prefix.
     restore_target: Callable[[], None] | None = None
+    # Privileged, forward runs only: the task's ground-truth actions, for the scripted forward baselines
+    ground_truth: list[Action] | None = None
 
 
 @dataclass
@@ -169,6 +171,8 @@ AGENTS: Registry[Callable[..., Agent]] = Registry("agent provider", ENTRY_POINT_
     "undo": "pytest_retrace.agents.baselines:UndoAgent",
     "oracle": "pytest_retrace.agents.baselines:OracleAgent",
     "script": "pytest_retrace.agents.baselines:ScriptAgent",
+    "stall": "pytest_retrace.agents.forward:StallAgent",
+    "random-fail": "pytest_retrace.agents.forward:RandomFailAgent",
     "anthropic": "pytest_retrace.agents.anthropic:AnthropicAgent",
     "openai": "pytest_retrace.agents.openai:OpenAIAgent",
     "openai-compat": "pytest_retrace.agents.openai_compat:CompatAgent",

@@ -83,7 +83,8 @@ class UndoAgent:
 
 
 class OracleAgent:
-    """The paper's ideal recovery: reset the environment and replay gt[0:t_seed].
+    """The paper's ideal recovery: reset the environment and replay gt[0:t_seed]. In a forward run, the task's
+    whole ground truth, one action a turn (agents/forward.py).
 
     Privileged — it uses the harness's own replay, not the screen — so it measures the benchmark,
     not an agent: anything below 100 % is a broken case or a nondeterministic environment.
@@ -96,13 +97,20 @@ class OracleAgent:
     def __init__(self, config: ModelConfig | None = None) -> None:
         if config is not None:
             parse_options(_Options, config)
+        self._forward: Any = None
 
     def start(self, context: AgentContext) -> None:
-        if context.restore_target is None:
+        self._ctx, self._forward = context, None
+        if context.ground_truth is not None:  # a forward run (implicit recovery has mode "forward" too)
+            from pytest_retrace.agents.forward import GroundTruth
+
+            self._forward = GroundTruth(context)
+        elif context.restore_target is None:
             raise RuntimeError("the oracle baseline needs the harness's restore_target hook")
-        self._ctx = context
 
     def act(self, observation: Observation) -> AgentTurn:
+        if self._forward is not None:
+            return self._forward.act()
         assert self._ctx.restore_target is not None
         self._ctx.restore_target()
         return AgentTurn([_DONE], "oracle: reset and replay the ground-truth prefix")

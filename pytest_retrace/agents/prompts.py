@@ -33,7 +33,10 @@ FILES: dict[str, str] = {
     "contextualizer_system": "contextualizer-system.md",
     "contextualizer_instruction": "contextualizer-instruction.md",
     "verifier_system": "verifier-system.md",
+    "error_detector_system": "error-detector-system.md",
+    "recovery_detector_system": "recovery-detector-system.md",
 }
+DETECTOR_KEYS = frozenset({"error_detector_system", "recovery_detector_system"})
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class Prompts:
     def check(self) -> None:
         """Read every file now: a missing prompt is a config error at start-up, not mid-run."""
         for key in FILES:
-            self.text(key, **_ALL_PLACEHOLDERS)
+            if key not in DETECTOR_KEYS:  # an agent never reads them (experiments/detectors.py checks its own)
+                self.text(key, **_ALL_PLACEHOLDERS)
 
     # -- composition ---------------------------------------------------------------------------------
     def system(self, ctx: AgentContext, **values: object) -> str:

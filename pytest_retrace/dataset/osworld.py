@@ -15,7 +15,8 @@ trajectory is dropped, as are trajectories with a missing action, unsuccessful r
 declared FAIL and actions outside the whitelist (the paper's filters; every drop carries its reason).
 Trailing ``DONE`` lines are the agent finishing and are stripped; ``WAIT`` is kept as a wait action.
 
-The task (instruction, setup, evaluator) comes from OSWorld's ``evaluation_examples/examples/<domain>/
+A forward run's episode (``--retrace-experiment=forward``, experiments/trajectory.py) carries the harness's task
+as it ran (``retrace-task.yaml``), which is taken as it is. Otherwise the task (instruction, setup, evaluator) comes from OSWorld's ``evaluation_examples/examples/<domain>/
 <task_id>.json`` or from a ``task.json`` / ``example.json`` next to ``traj.jsonl`` (some forks write one).
 The original task JSON is kept in ``metadata["osworld_task"]``.  The task's Φ is OSWorld's own: its config and
 evaluator go verbatim into ``task.osworld`` (dataset/osworld_task.py), run by desktop-env's SetupController and
@@ -36,6 +37,7 @@ from typing import Any
 
 from pytest_retrace.dataset.osworld_task import build_task, task_definition
 from pytest_retrace.dataset.trajectory import Dropped, Step, Trajectory, normalise_steps
+from pytest_retrace.experiments.trajectory import TASK_FILE, read_task
 
 
 def import_osworld(
@@ -105,13 +107,21 @@ def _import_task_dir(
         return Dropped(source, steps)
     step_list, final_screenshot = steps
 
-    raw_task = task_definition(task_dir, domain, task_id, examples_dir)
-    if isinstance(raw_task, str):
-        return Dropped(source, raw_task)
-    task_json, task_path = raw_task
-    task = build_task(task_json, domain, task_id, cache_dir, settle_quiet)
-    if isinstance(task, str):
-        return Dropped(source, task)
+    own = read_task(task_dir)  # a forward run's episode (experiments.trajectory): the very task it ran
+    if isinstance(own, str):
+        return Dropped(source, own)
+    base_dir = task_dir
+    if own is not None:
+        (task, base_dir), task_json, task_path = own, None, task_dir / TASK_FILE
+    else:
+        raw_task = task_definition(task_dir, domain, task_id, examples_dir)
+        if isinstance(raw_task, str):
+            return Dropped(source, raw_task)
+        task_json, task_path = raw_task
+        built = build_task(task_json, domain, task_id, cache_dir, settle_quiet)
+        if isinstance(built, str):
+            return Dropped(source, built)
+        task = built
 
     rel = task_dir.relative_to(results_dir.absolute()).parts
     above = rel[:-2]  # <action_space>/<observation_type>/<model> when laid out as run.py does
@@ -131,7 +141,7 @@ def _import_task_dir(
         metadata["recording"] = str(task_dir / "recording.mp4")
     return Trajectory(
         id=f"osworld-{domain}-{task_id}", task=task, steps=step_list, source=source, success=True,
-        metadata=metadata, base_dir=task_dir,
+        metadata=metadata, base_dir=base_dir,
     )
 
 

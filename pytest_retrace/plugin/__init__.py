@@ -111,8 +111,9 @@ def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
         return settings.report_dir / (option(config, "run") or new_run_name([m.name for m in settings.models]))
     path = Path(resume)
     run_dir = path if path.is_absolute() or len(path.parts) > 1 else settings.report_dir / path
-    if not rundir.results_file(run_dir).is_file():
-        raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl: nothing to resume")
+    if not rundir.results_file(run_dir).is_file() and not rundir.forward_file(run_dir).is_file():
+        raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl (nor a forward run's "
+                                f"forward.jsonl): nothing to resume")
     return run_dir
 
 
@@ -135,14 +136,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     models = ", ".join(f"{m.name} ({m.provider})" for m in settings.models)
     budgets = ",".join(map(str, settings.budgets))
+    cases = ", ".join(str(p) for p in settings.case_roots)
+    if settings.experiment == "forward":
+        return [f"retrace forward runs: models {models}; env {settings.env.describe()}; at most {settings.max_steps} "
+                f"steps; the tasks of the cases in {cases}"]
     return [f"retrace: models {models}; env {settings.env.describe()}; budget r={budgets}; "
-            f"SSIM >= {settings.ssim_threshold}; cases {', '.join(str(p) for p in settings.case_roots)}"]
+            f"SSIM >= {settings.ssim_threshold}; cases {cases}"]
 
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> list[str] | None:
-    from pytest_retrace.plugin.assertion import Recovered, explain
+    from pytest_retrace.experiments.forward import ForwardResult
+    from pytest_retrace.plugin.assertion import Recovered, Solved, explain, explain_forward
     from pytest_retrace.replay.result import RecoveryResult
 
     if op == "==" and isinstance(left, RecoveryResult) and isinstance(right, Recovered):
         return explain(left)
+    if op == "==" and isinstance(left, ForwardResult) and isinstance(right, Solved):
+        return explain_forward(left)
     return None

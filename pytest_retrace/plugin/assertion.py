@@ -1,4 +1,4 @@
-"""The custom assertion: ``assert retrace_result == recovered``.
+"""The custom assertions: ``assert retrace_result == recovered`` (and a forward run's ``== solved``).
 
 A small dataclass whose equality is the oracle's verdict, so pytest's assertion rewriting calls
 ``pytest_assertrepr_compare`` (plugin/__init__.py) and the failure reads as a few lines saying what failed:
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_retrace.experiments.forward import ForwardResult
 from pytest_retrace.replay.result import RecoveryResult
 
 
@@ -57,4 +58,38 @@ def explain(result: RecoveryResult) -> list[str]:
                                              (result.cut_actions, "action(s) cut at the budget")) if n]
     if trouble:
         lines.append("  " + "; ".join(trouble))
+    return lines
+
+
+@dataclass(frozen=True)
+class Solved:
+    """Matches a ForwardResult whose task the evaluator passed."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ForwardResult):
+            return other.solved
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(Solved)
+
+    def __repr__(self) -> str:
+        return "solved"
+
+
+solved = Solved()
+
+
+def explain_forward(result: ForwardResult) -> list[str]:
+    if result.error is not None:
+        return [f"infrastructure error at stage {result.error.stage}: {result.error.message}"]
+    ev, drive = result.evaluation, result.drive
+    lines = [f"task {result.task_id} not solved: evaluator score {ev.score:g}" if ev else
+             f"task {result.task_id} not solved: not evaluated"]
+    if ev:
+        lines += [f"  {d}" for d in ev.details[:4]]
+    taken = [s.action for s in drive.steps]
+    ended = f", ended with {result.last_action}" if result.last_action else ", never said it was done"
+    lines.append(f"agent: {drive.agent_turns} turn(s), {drive.actions_used}/{result.max_steps} step(s){ended}, "
+                 f"actions {taken[:6]}{' ...' if len(taken) > 6 else ''}")
     return lines

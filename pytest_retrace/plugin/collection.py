@@ -1,9 +1,12 @@
 """Collection: a case YAML under the case roots is a test module (:class:`CaseFile`) holding one test,
 ``test_recovery``, parametrized with a :class:`CaseRun` per model x strategy x budget x run; ``--retrace-sample``
-and ``--retrace-resume`` deselect."""
+and ``--retrace-resume`` deselect. A forward run (``--retrace-experiment=forward``) collects ``test_forward``
+instead, a :class:`ForwardRun` per model x run, kept for the first file (case id, or task file) of each task
+only; OSWorld task files (``<domain>/<id>.json``) under the case roots are collected too."""
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
 from typing import Any
@@ -11,9 +14,9 @@ from typing import Any
 import pytest
 
 from pytest_retrace.plugin.options import Settings, settings_key, strategies_of
-from pytest_retrace.replay.cases import CaseError, RecoveryCase, load_case
+from pytest_retrace.replay.cases import CaseError, RecoveryCase, Task, load_case
 from pytest_retrace.replay.sample import pick
-from pytest_retrace.results.caserun import CaseRun, case_run_of
+from pytest_retrace.results.caserun import CaseRun, ForwardRun, case_run_of, forward_run_of
 
 case_key = pytest.StashKey[RecoveryCase]()
 finished_key = pytest.StashKey[frozenset[str]]()  # --retrace-resume: nodeids that already have a verdict
@@ -24,28 +27,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     verdict is already in the run is not run again (it is deselected)."""
     settings = config.stash.get(settings_key, None)
     if settings is not None and settings.sample is not None:
-        runs = {item: run for item in items if (run := case_run_of(item)) is not None}
+        runs = {item: run for item in items if (run := case_run_of(item) or forward_run_of(item)) is not None
+                and run.case is not None}  # an OSWorld task file's forward test is no case's: not sampled
         chosen = pick((run.case for run in runs.values()), settings.sample)
-        left_out = [item for item, run in runs.items() if run.case.id not in chosen]
-        if left_out:
-            dropped = set(left_out)
-            items[:] = [item for item in items if item not in dropped]
-            config.hook.pytest_deselected(items=left_out)
+        _deselect(config, items, [item for item, run in runs.items() if run.case.id not in chosen])
+    _deselect(config, items, _same_task(items))
     finished = config.stash.get(finished_key, frozenset())
     if not finished:
         return
-    done = [item for item in items if item.nodeid in finished]
-    if done:
-        items[:] = [item for item in items if item.nodeid not in finished]
-        config.hook.pytest_deselected(items=done)
+    _deselect(config, items, [item for item in items if item.nodeid in finished])
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], left_out: list[pytest.Item]) -> None:
+    if left_out:
+        dropped = set(left_out)
+        items[:] = [item for item in items if item not in dropped]
+        config.hook.pytest_deselected(items=left_out)
+
+
+def _same_task(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Forward tests of a task that an earlier case (by id) holds too: a task is solved once per model and run,
+    however many cases were built from it. The same choice on every xdist worker (it depends on ids only)."""
+    runs = {item: run for item in items if (run := forward_run_of(item)) is not None}
+    first: dict[str, str] = {}
+    for run in sorted(runs.values(), key=lambda r: r.source):
+        first.setdefault(run.task.id, run.source)
+    return [item for item, run in runs.items() if first[run.task.id] != run.source]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     settings = parent.config.stash.get(settings_key, None)
-    if settings is None or file_path.suffix not in (".yaml", ".yml"):
+    if settings is None or not any(file_path == root or root in file_path.parents for root in settings.case_roots):
         return None
-    if any(file_path == root or root in file_path.parents for root in settings.case_roots):
+    if file_path.suffix in (".yaml", ".yml"):
         return CaseFile.from_parent(parent, path=file_path)
+    if file_path.suffix == ".json" and settings.experiment == "forward" and is_osworld_task(file_path):
+        return OSWorldTaskFile.from_parent(parent, path=file_path)
     return None
 
 
@@ -59,7 +76,10 @@ class CaseFile(pytest.Module):
 
         module = types.ModuleType(f"retrace_case_{case.id}")
         module.__file__ = str(self.path)
-        module.test_recovery = suite.test_recovery  # type: ignore[attr-defined]
+        if self.config.stash[settings_key].experiment == "forward":
+            module.test_forward = suite.test_forward  # type: ignore[attr-defined]
+        else:
+            module.test_recovery = suite.test_recovery  # type: ignore[attr-defined]
         module.__retrace_case__ = case  # type: ignore[attr-defined]
         return module
 
@@ -72,18 +92,81 @@ class CaseFile(pytest.Module):
         return f"{header}\n{super().repr_failure(excinfo)}"
 
 
+class OSWorldTaskFile(CaseFile):
+    """An OSWorld task file (OSWorld's schema: ``<domain>/<id>.json``) under the case roots, in a forward run:
+    a test module holding ``test_forward``. Its files come from ``--retrace-osworld-cache`` (OSWorld's cache
+    layout); a task OSWorld's code cannot run here is this file's collection error, with the reason."""
+
+    def _getobj(self) -> types.ModuleType:
+        from pytest_retrace.plugin import suite
+
+        task = load_osworld_task(self.path, self.config.stash[settings_key])
+        module = types.ModuleType(f"retrace_task_{task.id}")
+        module.__file__ = str(self.path)
+        module.test_forward = suite.test_forward  # type: ignore[attr-defined]
+        module.__retrace_task__ = task  # type: ignore[attr-defined]
+        return module
+
+
+def is_osworld_task(path: Path) -> bool:
+    """A JSON object with an instruction and an evaluator (not test_all.json, not a results file)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and "instruction" in data and "evaluator" in data
+
+
+def load_osworld_task(path: Path, settings: Settings) -> Task:
+    from pytest_retrace.dataset.osworld_task import build_task
+
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as OSWorld's Windows tasks have
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CaseError(path, "", f"not an OSWorld task file: {exc}") from None
+    task = build_task(data, path.parent.name, path.stem, settings.osworld_cache)
+    if isinstance(task, str):
+        raise CaseError(path, "", task)
+    return task
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "retrace_run" not in metafunc.fixturenames:
+    settings = metafunc.config.stash.get(settings_key, None)
+    if settings is None:
+        return
+    if "retrace_forward_run" in metafunc.fixturenames:
+        forward = forward_runs_of(metafunc.module, settings)
+        metafunc.parametrize("retrace_forward_run", forward, ids=[r.id for r in forward], scope="function")
         return
     case = getattr(metafunc.module, "__retrace_case__", None)
-    settings = metafunc.config.stash.get(settings_key, None)
-    if case is None or settings is None:
-        return
-    runs = case_runs(case, settings)
-    metafunc.parametrize("retrace_run", runs, ids=[r.id for r in runs], scope="function")
+    if case is not None and "retrace_run" in metafunc.fixturenames:
+        runs = case_runs(case, settings)
+        metafunc.parametrize("retrace_run", runs, ids=[r.id for r in runs], scope="function")
 
 
 def case_runs(case: RecoveryCase, settings: Settings) -> list[CaseRun]:
     """The tests of one case: every model x strategy x budget x run, in the order they are collected."""
     return [CaseRun(case, m, strategy, budget, i, settings.runs) for m in settings.models
             for strategy in strategies_of(settings, m) for budget in settings.budgets for i in range(settings.runs)]
+
+
+def forward_runs_of(module: Any, settings: Settings) -> list[ForwardRun]:
+    """The forward tests a collected file holds (before _same_task keeps one per task): every model x run. A
+    case gives its task, its directory and its ground truth; an OSWorld task file its task only."""
+    case: RecoveryCase | None = getattr(module, "__retrace_case__", None)
+    if case is not None:
+        task, where, source, gt = case.task, case.dir, case.id, tuple(case.trajectory)
+    else:
+        task, where, gt = module.__retrace_task__, Path(module.__file__).parent, None
+        source = module.__file__
+    return [ForwardRun(task, where, source, m, settings.max_steps, i, settings.runs, gt, case)
+            for m in settings.models for i in range(settings.runs)]
+
+
+def forward_runs_in(path: Path, settings: Settings) -> list[ForwardRun]:
+    """The forward tests of a file as collected (the controller's view of a crashed worker's test)."""
+    if path.suffix == ".json":
+        module = types.SimpleNamespace(__retrace_task__=load_osworld_task(path, settings), __file__=str(path))
+    else:
+        module = types.SimpleNamespace(__retrace_case__=load_case(path))
+    return forward_runs_of(module, settings)

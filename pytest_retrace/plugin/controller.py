@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from pytest_retrace.plugin.collection import case_runs
+from pytest_retrace.plugin.collection import case_runs, forward_runs_in
 from pytest_retrace.plugin.options import option, settings_key
 from pytest_retrace.replay.cases import load_case
 from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.baseline import save as save_baseline
 from pytest_retrace.results.baseline import verdicts as baseline_verdicts
+from pytest_retrace.results.forward import ForwardRecord
 from pytest_retrace.results.gate import CaseFileError, GateResult, format_gate
 from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.session import RetraceSession
@@ -27,7 +28,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     """pytest-xdist reports a test whose worker died (kill -9, out of memory) as failed at stage "???", and pytest
     would count it among the failed recoveries; it is an infrastructure error (the record's `crash`), so pytest's
     summary counts it as an error, like every other infrastructure error."""
-    if (report.when == "???" and report.failed and "::test_recovery[" in report.nodeid
+    if (report.when == "???" and report.failed and ("::test_recovery[" in report.nodeid or "::test_forward[" in report.nodeid)
             and settings_key in config.stash):
         return "error", "E", "ERROR"
     return None
@@ -50,6 +51,13 @@ class Controller:
             self.case_file_errors.setdefault(file, error)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        forward = getattr(report, "retrace_forward", None)
+        if forward is not None or (report.when == "???" and "::test_forward[" in report.nodeid):
+            record = ForwardRecord.from_dict(forward) if forward is not None else self._forward_crash(report)
+            if record is not None:
+                self.session.add_forward(record)
+                self.config.hook.pytest_retrace_forward_record(record=record, config=self.config)
+            return
         data = getattr(report, "retrace_record", None)
         if data is not None:
             record = Record.from_dict(data)
@@ -78,6 +86,22 @@ class Controller:
         failure = Failure(stage="worker", kind="crash", message=str(report.longrepr)[:2000])
         return Record.of_error(run, failure, nodeid=report.nodeid)
 
+    def _forward_crash(self, report: pytest.TestReport) -> ForwardRecord | None:
+        """A forward test whose worker died: an infrastructure error, found as _crash_record finds a recovery's."""
+        if not report.failed:
+            return None
+        path, _, rest = report.nodeid.partition("::test_forward[")
+        try:
+            runs = forward_runs_in(self.config.rootpath / path, self.config.stash[settings_key])
+        except Exception:  # noqa: BLE001 - changed since the worker loaded it
+            return None
+        param = rest.removesuffix("]")
+        run = next((r for r in runs if r.id == param), None)
+        if run is None:
+            return None
+        return ForwardRecord.of_error(run, Failure(stage="worker", kind="crash", message=str(report.longrepr)[:2000]),
+                                      nodeid=report.nodeid)
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.option.collectonly:
             return  # nothing ran: no run directory, no summary
@@ -87,6 +111,7 @@ class Controller:
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus), "sample": settings.sample,
             "collection_errors": len(errors), "case_file_errors": [{"file": e.file, "error": e.error} for e in errors],
+            "experiment": settings.experiment, **({"max_steps": settings.max_steps} if settings.experiment == "forward" else {}),
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
         self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
         # an interrupted or broken session keeps its status: no gate, no baseline saved from it
@@ -112,6 +137,13 @@ class Controller:
 
         summary, tr = self.session.summary, terminalreporter
         if summary is None:
+            return
+        if summary.forward:
+            from pytest_retrace.results.tables import format_forward
+
+            tr.write_sep("=", "retrace forward summary")
+            tr.write_line(format_forward(summary.forward))
+            tr.write_line(f"results: {self.session.forward_path}")
             return
         tr.write_sep("=", "retrace recovery summary")
         tr.write_line(format_table(summary))

@@ -8,12 +8,14 @@ import pytest
 
 from pytest_retrace.agents import AgentConfigError, agent_factory
 from pytest_retrace.plugin.options import Settings
-from pytest_retrace.results.caserun import case_run_of
+from pytest_retrace.replay.result import ReplayOptions
+from pytest_retrace.results.caserun import ForwardRun, case_run_of, forward_run_of
 
 
 class DryRun:
     """``--retrace-dry-run``: after collection, the most model calls each test could make, and the total.
-    A turn makes at most ``calls_per_turn`` calls (a reply and its re-ask), a case at most 2r + 2 turns;
+    A turn makes at most ``calls_per_turn`` calls (a reply and its re-ask), a case at most 2r + 2 turns (a forward
+episode 2 x max_steps + 2);
     explicit-context adds the contextualizer's call, a verifier up to two per reconstruction attempt."""
 
     def __init__(self, settings: Settings) -> None:
@@ -26,7 +28,7 @@ class DryRun:
         # --lf, --retrace-resume) has deselected its share; counting in that hook saw the whole suite
         per_turn: dict[str, int] = {}
         for item in session.items:
-            run = case_run_of(item)
+            run = case_run_of(item) or forward_run_of(item)
             if run is None:
                 continue
             if run.model.name not in per_turn:
@@ -34,9 +36,12 @@ class DryRun:
                     per_turn[run.model.name] = agent_factory(run.model).calls_per_turn
                 except AgentConfigError as exc:
                     raise pytest.UsageError(f"retrace: {exc}") from None
-            calls = per_turn[run.model.name] * run.max_turns
-            calls += run.strategy == "explicit-context"
-            calls += 2 * self.settings.attempts if self.settings.verifier is not None else 0
+            if isinstance(run, ForwardRun):  # a forward episode: turns as a recovery of budget max_steps
+                calls = per_turn[run.model.name] * ReplayOptions(budget=run.max_steps).max_turns
+            else:
+                calls = per_turn[run.model.name] * run.max_turns
+                calls += run.strategy == "explicit-context"
+                calls += 2 * self.settings.attempts if self.settings.verifier is not None else 0
             self.total += calls
             self.lines.append(f"{item.nodeid}  (at most {calls} model calls)")
 

@@ -14,11 +14,13 @@ from pytest_retrace.agents import ModelConfig, create_agent, create_chat
 from pytest_retrace.plugin.controller import session_key
 from pytest_retrace.plugin.options import Settings, settings_key
 from pytest_retrace.replay.cases import RecoveryCase
-from pytest_retrace.results.caserun import CaseRun, case_run_of
+from pytest_retrace.results.caserun import CaseRun, ForwardRun, case_run_of, forward_run_of
+from pytest_retrace.results.forward import ForwardRecord
 from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.session import save_artifacts
 
 record_key = pytest.StashKey[Record]()
+forward_key = pytest.StashKey[ForwardRecord]()
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +109,36 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
     return result
 
 
+@pytest.fixture
+def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: ForwardRun, retrace_env: Any,
+                           _retrace_agents: dict[str, Any]) -> Any:
+    """A forward episode (during setup, as a replay: infrastructure failures become errors), its trajectory
+    written in OSWorld's results layout under the run directory, and its record."""
+    from pytest_retrace.experiments.forward import run_forward
+    from pytest_retrace.experiments.trajectory import episode_dir, write_episode
+    from pytest_retrace.results import rundir
+
+    run = retrace_forward_run
+    if run.model.name not in _retrace_agents:
+        _retrace_agents[run.model.name] = create_agent(run.model)
+    agent = _retrace_agents[run.model.name]
+    gt = None if run.ground_truth is None else list(run.ground_truth)
+    result = run_forward(retrace_env, run.task, run.task_dir, agent, max_steps=run.max_steps, ground_truth=gt,
+                         observer=_StageHooks(request.node))
+    run_dir = run_dir_of(request.config)
+    trajectory = None
+    if run_dir is not None and result.error is None:
+        out = episode_dir(rundir.trajectories_dir(run_dir), run.model.name, run.task.domain, run.task.id,
+                          run.run_index, run.runs)
+        trajectory = str(write_episode(out, run.task, run.task_dir, result).relative_to(run_dir))
+    record = request.node.stash[forward_key] = ForwardRecord.of_result(
+        run, result, nodeid=request.node.nodeid, privileged=agent.privileged, trajectory=trajectory)
+    request.config.hook.pytest_retrace_forward_result(item=request.node, result=result, record=record)
+    if result.error is not None:
+        raise result.error
+    return result
+
+
 class _StageHooks:
     """The replay's observer: each stage of a test becomes the plugin's stage hooks, where the Allure writer
     and the progress line (and any third party) pick it up."""
@@ -125,23 +157,30 @@ class _StageHooks:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    run = case_run_of(item)
-    if run is None:
+    forward, run = forward_run_of(item), case_run_of(item)
+    if forward is not None:
+        record: Any = item.stash.get(forward_key, None)
+        broken = ForwardRecord.of_error if record is None else None
+        attribute, what = "retrace_forward", forward
+    elif run is not None:
+        record = item.stash.get(record_key, None)
+        broken = Record.of_error if record is None else None
+        attribute, what = "retrace_record", run
+    else:
         return report
-    record = item.stash.get(record_key, None)
     from pytest_retrace.replay.result import InfraError
 
     if call.excinfo is not None and isinstance(call.excinfo.value, InfraError):
         # the harness knows exactly what broke: a stack trace through the replay would only hide it
         err = call.excinfo.value
         report.longrepr = f"retrace infrastructure error ({err.kind}) at stage {err.stage}: {err.message}"
-    if call.when == "setup" and report.failed and record is None:
+    if call.when == "setup" and report.failed and broken is not None:
         # the failure happened before the replay (environment start, agent construction)
         message = str(call.excinfo.value)[:2000] if call.excinfo else "unknown"
-        record = Record.of_error(run, Failure(stage="setup", kind="env", message=message), nodeid=item.nodeid)
+        record = broken(what, Failure(stage="setup", kind="env", message=message), nodeid=item.nodeid)
     if record is not None and ((call.when == "setup" and report.failed) or call.when == "call"):
         # a custom report attribute survives xdist's report serialization to the controller, as plain JSON
-        report.retrace_record = record.model_dump(mode="json")
+        setattr(report, attribute, record.model_dump(mode="json"))
     return report
 
 

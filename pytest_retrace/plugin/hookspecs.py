@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_retrace.experiments.forward import ForwardResult
     from pytest_retrace.replay.result import RecoveryResult, Stage
+    from pytest_retrace.results.forward import ForwardRecord
     from pytest_retrace.results.records import Record
     from pytest_retrace.results.summary import Summary
 
@@ -45,3 +47,14 @@ def pytest_retrace_stage_end(item: pytest.Item, stage: Stage) -> None:
 def pytest_retrace_result(item: pytest.Item, result: RecoveryResult, record: Record) -> None:
     """The test's replay is over (recovered, not, or an infrastructure error): its record, and the result with
     the screenshots, which only this process has. Runs where the test runs, before its assertion."""
+
+
+@pytest.hookspec
+def pytest_retrace_forward_record(record: ForwardRecord, config: pytest.Config) -> None:
+    """A forward test (--retrace-experiment=forward) finished: its typed, versioned record (results/forward.py),
+    as forward.jsonl stores it. On the controller, like ``pytest_retrace_record``."""
+
+
+@pytest.hookspec
+def pytest_retrace_forward_result(item: pytest.Item, result: ForwardResult, record: ForwardRecord) -> None:
+    """A forward episode is over: its record, and the result with the screens. Runs where the test runs."""

@@ -38,6 +38,11 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
             "(provider + options) or the path of one"),
     "env-option": ("args", [], "an option of the environment provider, KEY=VALUE (repeatable; overrides the config's)"),
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
+    "experiment": ("string", "recovery", "what each test runs: recovery (a case's recovery, the benchmark) | forward "
+                   "(an agent solves each task of the cases from its initial state; one test per task x model)"),
+    "max-steps": ("string", "50", "forward runs: the most actions an agent may take on a task"),
+    "osworld-cache": ("string", None, "forward runs of OSWorld task files: OSWorld's cache directory "
+                      "(<task id>/<file>), where the files its tasks download are found (there is no network)"),
     "budget": ("args", ["10"], "r: actions the agent may take; comma-separated values run one test each"),
     "sample": ("string", None, "K: run only the first K cases (by id) of every app x kind of the collected cases, "
                "a stratified sample (1: 26 of the built-in suite's 251)"),
@@ -93,9 +98,13 @@ class Settings:
     gate: Gate
     network: str
     hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
+    experiment: str = "recovery"  # recovery | forward
+    max_steps: int = 50  # forward runs
+    osworld_cache: Path | None = None  # forward runs of OSWorld task files
 
 
 settings_key = pytest.StashKey[Settings]()
+EXPERIMENTS = ("recovery", "forward")
 
 
 # -- options -----------------------------------------------------------------------------------------
@@ -200,7 +209,10 @@ def read_settings(config: pytest.Config) -> Settings | None:
                               [str(v) for v in option(config, "env-option") or []])
     except EnvConfigError as exc:
         raise pytest.UsageError(f"--retrace-env: {exc}") from None
-    summarised = "explicit-context" in (strategies or {s for m in models for s in m.strategies})
+    experiment = str(option(config, "experiment"))
+    if experiment not in EXPERIMENTS:
+        raise pytest.UsageError(f"--retrace-experiment: {experiment!r} is not one of {', '.join(EXPERIMENTS)}")
+    summarised = experiment == "recovery" and "explicit-context" in (strategies or {s for m in models for s in m.strategies})
     report_dir = Path(option(config, "report-dir"))
     report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
     return Settings(
@@ -216,7 +228,18 @@ def read_settings(config: pytest.Config) -> Settings | None:
         gate=_gate(config, report_dir), network=network,
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
+        experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
     )
+
+
+def _cache(config: pytest.Config) -> Path | None:
+    raw = option(config, "osworld-cache")
+    if raw is None:
+        return None
+    path = Path(raw) if Path(raw).is_absolute() else config.invocation_params.dir / raw
+    if not path.is_dir():
+        raise pytest.UsageError(f"--retrace-osworld-cache: {path} is not a directory")
+    return path.resolve()
 
 
 def _allure_dir(config: pytest.Config) -> list[Path]:
@@ -267,7 +290,7 @@ def strategies_of(settings: Settings, model: ModelConfig) -> tuple[str, ...]:
     return settings.strategies or model.strategies
 
 
-PATH_OPTIONS = ("cases", "agents", "report-dir", "env")
+PATH_OPTIONS = ("cases", "agents", "report-dir", "env", "osworld-cache")
 
 
 def check_rootdir(config: pytest.Config) -> None:

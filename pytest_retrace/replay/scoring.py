@@ -6,11 +6,13 @@ reason, unless the environment reports a fault of its own (``blame``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.evaluators import Evaluation
-from pytest_retrace.replay.cases import RecoveryCase
+from pytest_retrace.replay.cases import RecoveryCase, Task
 from pytest_retrace.replay.judge import judge
 from pytest_retrace.replay.probes import poll
 from pytest_retrace.replay.reconstruct import PROBE_WAIT, run_actions
@@ -63,16 +65,24 @@ def score(env: Environment, case: RecoveryCase, target: np.ndarray, opts: Replay
             return
         result.suffix_len = len(case.suffix)
     with timed_stage(result, opts, "evaluate", "R_TC: the task's evaluator") as stage:
-        try:
-            result.evaluation = judge(case.task, env, case.dir)
-        except EnvError as exc:
-            blame(env, "evaluate", exc)
-            result.evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent left: {exc}"])
-        except OSError as exc:  # the case's own files (its expected outputs): the harness's
-            raise InfraError("evaluate", str(exc)) from exc
-        stage.title = f"R_TC: evaluator score {result.evaluation.score:g}"
-        stage.failed = None if result.evaluation.passed else "; ".join(result.evaluation.details[:4]) or "failed"
+        result.evaluation = judge_left(env, case.task, case.dir, stage, "R_TC")
     result.r_tc = result.evaluation.passed
+
+
+def judge_left(env: Environment, task: Task, task_dir: Path, stage: Stage, label: str,
+               last_action: str | None = None) -> Evaluation:
+    """The task's evaluator on the state an agent left (a recovery's R_TC, a forward episode's Φ): a desktop it
+    left unreadable fails the evaluation, with the reason, unless the environment reports a fault of its own."""
+    try:
+        evaluation = judge(task, env, task_dir, last_action=last_action)
+    except EnvError as exc:
+        blame(env, "evaluate", exc)
+        evaluation = Evaluation(0.0, False, [f"the evaluator could not read the state the agent left: {exc}"])
+    except OSError as exc:  # the task's own files (its expected outputs): the harness's
+        raise InfraError("evaluate", str(exc)) from exc
+    stage.title = f"{label}: evaluator score {evaluation.score:g}"
+    stage.failed = None if evaluation.passed else "; ".join(evaluation.details[:4]) or "failed"
+    return evaluation
 
 
 

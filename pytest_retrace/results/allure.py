@@ -49,12 +49,14 @@ from allure_commons.model2 import (
 from allure_commons.types import AttachmentType, LabelType
 from allure_commons.utils import md5, now, uuid4
 
-from pytest_retrace.results.caserun import case_run_of
+from pytest_retrace.results.caserun import ForwardRun, case_run_of, forward_run_of
 
 if TYPE_CHECKING:
     from allure_commons.reporter import AllureReporter
 
+    from pytest_retrace.experiments.forward import ForwardResult
     from pytest_retrace.replay.result import RecoveryResult, Stage
+    from pytest_retrace.results.forward import ForwardRecord
     from pytest_retrace.results.records import Record
 
 NOT_LOADED = "case file did not load"
@@ -80,7 +82,7 @@ CATEGORIES = [
 # Fixtures of the harness that only hand objects around (the case parameter, caches of agents and judges) or
 # whose work is the test body's steps (retrace_result): in Set up / Tear down they are noise on every test.
 HIDDEN_FIXTURES = frozenset({"retrace_run", "retrace_case", "retrace_agent", "_retrace_agents", "_retrace_judges",
-                             "retrace_result"})
+                             "retrace_result", "retrace_forward_run", "retrace_forward_result"})
 # The stages whose step gets attachments (by stage name, a verify stage by its title), and which: the last
 # attempt's verify step, next to the screen it got when the state did not reproduce.
 ATTACH_TO = {"verify s_target": "target", "verify s_error": "error", "recover": "actions", "observe": "screen",
@@ -141,12 +143,17 @@ class AllureWriter:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         run = case_run_of(item)
         reporter = _reporter(item.config)
-        if run is None or reporter is None:
+        forward = forward_run_of(item)
+        if (run is None and forward is None) or reporter is None:
             return
         test = reporter.get_test(None)
         if test is not None:
             self._started[item.nodeid] = test.start
         self._attach_to, self._open = {}, []
+        if forward is not None:
+            _forward_labels(forward)
+            return
+        assert run is not None
         case = run.case
         allure.dynamic.description(
             f"**Task** ({case.task.domain}): {case.task.instruction}\n\n"
@@ -181,8 +188,8 @@ class AllureWriter:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        run = case_run_of(item)
-        if run is None:
+        run, forward = case_run_of(item), forward_run_of(item)
+        if run is None and forward is None:
             return
         reporter = _reporter(item.config)
         test = reporter.get_test(None) if reporter is not None else None
@@ -190,6 +197,11 @@ class AllureWriter:
             self._started.pop(item.nodeid)
             test.stop = now()
         # the title: allure-pytest sets its own at the end of set-up, so here, after it
+        if forward is not None:
+            again = f" · run {forward.run_index + 1}" if forward.runs > 1 else ""
+            allure.dynamic.title(f"{forward.task.id} [{forward.model.name} · forward{again}]")
+            return
+        assert run is not None
         again = f" · run {run.run_index + 1}" if run.runs > 1 else ""
         allure.dynamic.title(f"{run.case.id} [{run.model.name} · {run.strategy} · r={run.budget}{again}]")
 
@@ -271,6 +283,22 @@ class AllureWriter:
         _attach(test, record.model_dump_json(indent=2), "record", AttachmentType.JSON)
 
 
+    @pytest.hookimpl
+    def pytest_retrace_forward_result(self, item: pytest.Item, result: ForwardResult, record: ForwardRecord) -> None:
+        reporter = _reporter(item.config)
+        test = reporter.get_test(None) if reporter is not None else None
+        if test is None:
+            return
+        self._attach_to = {}
+        last = result.frames[-1] if result.frames else result.initial
+        if last is not None:
+            _attach(test, _png(last), "final screen", AttachmentType.PNG)
+        if record.evaluator_details:
+            _attach(test, "\n".join([f"score {record.score}", *record.evaluator_details]) + "\n", "evaluator",
+                    AttachmentType.TEXT)
+        _attach(test, record.model_dump_json(indent=2), "record", AttachmentType.JSON)
+
+
 class _HarnessFixtures:
     """Leaves the harness's bookkeeping out of the containers allure-pytest writes (see HIDDEN_FIXTURES), and
     the tear-down allure-pytest makes of pytest's own per-fixture finalizer: it wraps it like a fixture's
@@ -330,3 +358,18 @@ def _actions_text(record: Record) -> str:
             last_rationale = step.rationale
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _forward_labels(run: ForwardRun) -> None:
+    """A forward test (--retrace-experiment=forward): suites model · forward > domain, its task, and the
+    parameter (the whole case object) hidden; its stages are steps like a recovery's."""
+    task = run.task
+    allure.dynamic.description(f"**Task** ({task.domain}): {task.instruction}\n\nSolved from its initial state "
+                               f"in at most {run.max_steps} steps, judged by the task's evaluator.")
+    allure.dynamic.parent_suite(f"{run.model.name} · forward")
+    allure.dynamic.suite(task.domain)
+    for name, value in {"model": run.model.name, "experiment": "forward", "task": task.id, "domain": task.domain,
+                        "max_steps": run.max_steps, "run": run.run_index + 1}.items():
+        allure.dynamic.label(name, str(value))
+        allure.dynamic.parameter(name, value)
+    allure.dynamic.parameter("retrace_forward_run", run.id, excluded=True, mode=allure.parameter_mode.HIDDEN)

@@ -7,13 +7,15 @@ progress line all read it from here rather than from the test id."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.result import ReplayOptions
 
 if TYPE_CHECKING:
+    from pytest_retrace.actions import Action
     from pytest_retrace.agents import ModelConfig
-    from pytest_retrace.replay.cases import RecoveryCase
+    from pytest_retrace.replay.cases import RecoveryCase, Task
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,36 @@ class CaseRun:
     def max_turns(self) -> int:
         """The most model turns the replay gives the agent (ReplayOptions decides)."""
         return ReplayOptions(budget=self.budget, strategy=self.strategy).max_turns
+
+
+@dataclass(frozen=True)
+class ForwardRun:
+    """The parameter of one forward test (--retrace-experiment=forward): a task under one model, at most
+    ``max_steps`` steps. The task comes from a case file (one per task id: ``case`` is set, and its ground
+    truth, which only privileged scripted agents are given) or from an OSWorld task file (no ground truth)."""
+
+    task: Task
+    task_dir: Path  # what the task's relative paths (setup files, an OSWorld task's cache) resolve against
+    source: str  # the case's id, or the task file's path
+    model: ModelConfig
+    max_steps: int
+    run_index: int = 0
+    runs: int = 1
+    ground_truth: tuple[Action, ...] | None = None
+    case: RecoveryCase | None = None  # for --retrace-sample, which picks cases by app x kind
+
+    @property
+    def id(self) -> str:
+        # the task's id first, so -k TASK_ID selects its forward tests
+        run = f"-run{self.run_index + 1}" if self.runs > 1 else ""
+        return f"{self.task.id}-{self.model.name}-s{self.max_steps}{run}"
+
+
+def forward_run_of(item: Any) -> ForwardRun | None:
+    """The ForwardRun a collected test item runs (its ``retrace_forward_run`` parameter); None for any other."""
+    callspec = getattr(item, "callspec", None)
+    run = callspec.params.get("retrace_forward_run") if callspec is not None else None
+    return run if isinstance(run, ForwardRun) else None
 
 
 def case_run_of(item: Any) -> CaseRun | None:

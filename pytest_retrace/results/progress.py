@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_retrace.results import rundir
-from pytest_retrace.results.caserun import case_run_of
+from pytest_retrace.results.caserun import case_run_of, forward_run_of
 
 if TYPE_CHECKING:
     from pytest_retrace.replay.result import Stage
+    from pytest_retrace.results.forward import ForwardRecord
     from pytest_retrace.results.records import Record
 
 REFRESH = 0.5  # seconds between redraws of the live line
@@ -51,14 +52,17 @@ class _Current:
         self.since = 0.0
 
     def update(self, item: pytest.Item, stage: Stage) -> dict[str, Any] | None:
-        run = case_run_of(item)
-        if run is None:
+        run, forward = case_run_of(item), forward_run_of(item)
+        if run is None and forward is None:
             return None
         if item.nodeid != self.nodeid:
             self.nodeid, self.turn, self.since = item.nodeid, None, time.time()
         self.turn = stage.turn or self.turn
-        return {"nodeid": item.nodeid, "case": run.case.id, "model": run.model.name, "stage": stage.name,
-                "title": stage.title, "turn": self.turn, "max_turns": run.max_turns, "since": self.since}
+        what = {"case": run.case.id, "model": run.model.name, "max_turns": run.max_turns} if run is not None else {
+            "case": forward.task.id, "model": forward.model.name,  # type: ignore[union-attr]
+            "max_turns": 2 * forward.max_steps + 2}  # type: ignore[union-attr]
+        return {"nodeid": item.nodeid, **what, "stage": stage.name, "title": stage.title, "turn": self.turn,
+                "since": self.since}
 
 
 class StageFile:
@@ -118,7 +122,8 @@ class ProgressReporter:
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         category, letter, word = yield
-        if "::test_recovery[" in report.nodeid and report.when in ("setup", "call", "teardown", "???"):
+        if (("::test_recovery[" in report.nodeid or "::test_forward[" in report.nodeid)
+                and report.when in ("setup", "call", "teardown", "???")):
             return category, "", ""  # counted in pytest's last line, printed here (pytest_runtest_logreport)
         return category, letter, word
 
@@ -156,13 +161,27 @@ class ProgressReporter:
     # -- a line per test ---------------------------------------------------------------------------------
     @pytest.hookimpl
     def pytest_retrace_record(self, record: Record, config: pytest.Config) -> None:
-        self.done += 1
         self.recovered += record.verdict == "recovered"
+        word, markup = _word(record)
+        what = f"{record.case or record.nodeid:<32}  {record.model} · {record.strategy} · r={record.budget}"
+        self._line(record, word, markup, what, _why(record, WHY_WIDTH if self.tty else None))
+
+    @pytest.hookimpl
+    def pytest_retrace_forward_record(self, record: ForwardRecord, config: pytest.Config) -> None:
+        self.recovered += record.verdict == "solved"  # the live line's count of successes
+        word, markup = {"solved": ("SOLVED", {"green": True}), "error": ("ERROR", {"yellow": True})}.get(
+            record.verdict, ("NOT SOLVED", {"red": True}))
+        if record.error is not None:
+            why = _why(record, WHY_WIDTH if self.tty else None)  # type: ignore[arg-type]
+        else:
+            why = f"score {record.score:g}, {record.steps_used}/{record.max_steps} steps, ended {record.last_action or '-'}"
+        self._line(record, word, markup, f"{record.task:<32}  {record.model} · forward", why)
+
+    def _line(self, record: Record | ForwardRecord, word: str, markup: dict[str, bool], what: str, why: str) -> None:
+        self.done += 1
         self.errors += record.is_error
         total = getattr(self._session, "testscollected", 0) or "?"
         width = len(str(total))
-        word, markup = _word(record)
-        what = f"{record.case or record.nodeid:<32}  {record.model} · {record.strategy} · r={record.budget}"
         if self.runs > 1:
             what += f" · run {record.run_index + 1}"
         seconds = record.timings.get("total")
@@ -173,7 +192,7 @@ class ProgressReporter:
             tr.ensure_newline()
             tr.write(f"[{self.done:>{width}}/{total}] ")
             tr.write(f"{word:<14}", **markup)
-            tr.write(f"{what}  {_why(record, WHY_WIDTH if self.tty else None)}{took}\n")
+            tr.write(f"{what}  {why}{took}\n")
             tr.flush()
 
     _session: pytest.Session | None = None

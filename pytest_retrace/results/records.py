@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -176,14 +177,24 @@ def _loads(line: str) -> Any:
         raise RecordError(f"not JSON: {exc}") from None
 
 
-def dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
+class _Verdict(Protocol):
+    nodeid: str
+
+    @property
+    def is_error(self) -> bool: ...
+
+
+V = TypeVar("V", bound=_Verdict)
+
+
+def dedupe(records: Iterable[V]) -> tuple[list[V], int]:
     """One record per nodeid, and how many later records were ignored.
 
     The first finished verdict (recovered / not recovered) of a test is final: a rerun under the same run
     (``--lf``, a repeated command) never replaces it, or rerunning failures would turn a run into best-of-k.
     An infrastructure error is replaced by any later record of its test: it measured nothing.
     """
-    by_id: dict[str, Record] = {}
+    by_id: dict[str, V] = {}
     ignored = 0
     for record in records:
         old = by_id.get(record.nodeid)
@@ -196,6 +207,7 @@ def dedupe(records: Iterable[Record]) -> tuple[list[Record], int]:
 
 
 M = TypeVar("M", bound=BaseModel)
+M2 = TypeVar("M2")
 
 
 def validate_versioned(model: type[M], data: Any, *, what: str, reads: tuple[int, ...],
@@ -214,3 +226,18 @@ def validate_versioned(model: type[M], data: Any, *, what: str, reads: tuple[int
     except ValidationError as exc:
         err = exc.errors()[0]
         raise error(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def read_lines(path: Path, parse: Callable[[str], M2]) -> list[M2]:
+    """The records of a JSON-lines file (results.jsonl, forward.jsonl). A torn last line (a run killed mid-write)
+    is skipped; any other line that is not a record of this version is an error naming the file and the line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(parse(line))
+        except RecordError as exc:
+            if number == len(lines) and not line.endswith("}"):
+                continue  # the write a kill interrupted
+            raise RecordError(f"{path}:{number}: {exc}") from None
+    return out

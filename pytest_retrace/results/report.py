@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_retrace.results.merge import MergedReport
 from pytest_retrace.results.stats import BREAKDOWNS, Row
 from pytest_retrace.results.summary import FailedTest, RunInfo, Summary
-from pytest_retrace.results.tables import pad_table, table_rows
+from pytest_retrace.results.tables import forward_cells, pad_table, table_rows
 
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
@@ -27,6 +27,15 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
     markdown file) as images."""
     out = [f"# {title}", ""]
     run = summary.run
+    if summary.forward:  # a forward run (--retrace-experiment=forward): its own table, no recovery rates
+        errors = sum(r.errors for r in summary.forward)
+        out += [f"Forward run: each task solved from its initial state in at most {summary.forward[0].max_steps} "
+                f"step(s); {errors} infrastructure error(s), excluded from every rate.", ""]
+        out += _md_provenance(run)
+        out += ["## Success rate per model", "", _md_table(forward_cells(summary.forward)), "",
+                "rate = the task's evaluator passed; 95% CI: Wilson score interval; the episodes are in "
+                "trajectories/ (OSWorld's results layout).", ""]
+        return "\n".join(out).rstrip() + "\n"
     facts = [f"{summary.n_records} test(s)", f"{summary.n_errors} infrastructure error(s), excluded from every rate"]
     if run.env:
         facts.append(f"env {run.env}")

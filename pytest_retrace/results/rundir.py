@@ -4,6 +4,8 @@ another command reads is named here, and every module builds those paths with th
     reports/                    --retrace-report-dir
       <run>/                    one run (--retrace-run, or a new name per run)
         results.jsonl           the records, one per test: the run itself; everything else is a view of it
+        forward.jsonl           a forward run's records (--retrace-experiment=forward), one per episode
+        trajectories/           a forward run's episodes in OSWorld's results layout (experiments.trajectory)
         summary.json            the summary computed from the records, with the run's provenance
         summary.md              the same for people, linking the plots
         plots/                  the figures (plots.PLOTS), each as PNG, PDF and SVG
@@ -19,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 RESULTS = "results.jsonl"
+FORWARD = "forward.jsonl"
+TRAJECTORIES = "trajectories"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 REPORT_MD = "report.md"  # retrace report --out
@@ -30,6 +34,14 @@ BASELINES = "baselines"
 
 def results_file(run_dir: Path) -> Path:
     return run_dir / RESULTS
+
+
+def forward_file(run_dir: Path) -> Path:
+    return run_dir / FORWARD
+
+
+def trajectories_dir(run_dir: Path) -> Path:
+    return run_dir / TRAJECTORIES
 
 
 def summary_json(run_dir: Path) -> Path:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.result import RecoveryResult
 from pytest_retrace.results import provenance, rundir
-from pytest_retrace.results.records import Record, RecordError
+from pytest_retrace.results.forward import ForwardRecord, read_forward
+from pytest_retrace.results.records import Record, read_lines
 from pytest_retrace.results.summary import RunInfo, Summary, SummaryError, build_summary
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class RetraceSession:
 
     run_dir: Path
     records: list[Record] = field(default_factory=list)
+    forward: list[ForwardRecord] = field(default_factory=list)  # a forward run's (results/forward.py)
     summary: Summary | None = None
     started_at: str = field(default_factory=provenance.now)
 
@@ -58,17 +60,26 @@ class RetraceSession:
     def results_path(self) -> Path:
         return rundir.results_file(self.run_dir)
 
+    @property
+    def forward_path(self) -> Path:
+        return rundir.forward_file(self.run_dir)
+
     def add(self, record: Record) -> None:
         self.records.append(record)
+
+    def add_forward(self, record: ForwardRecord) -> None:
+        self.forward.append(record)
 
     def load(self) -> None:
         """The records an earlier session of this run wrote (a resumed or repeated run appends to them)."""
         if self.results_path.is_file():
             self.records = read_records(self.results_path)
+        if self.forward_path.is_file():
+            self.forward = read_forward(self.forward_path)
 
     def finished(self) -> frozenset[str]:
         """Tests of this run that have a verdict (not an infrastructure error): a resumed run skips them."""
-        return frozenset(r.nodeid for r in self.records if not r.is_error)
+        return frozenset(r.nodeid for r in [*self.records, *self.forward] if not r.is_error)
 
     def finish(self, run: dict[str, Any], *, root: Path | None = None,
                models: Sequence[ModelConfig] = ()) -> Summary:
@@ -77,7 +88,7 @@ class RetraceSession:
         if root is not None:
             run = {**run, **provenance.run_metadata(root=root, models=models, records=self.records,
                                                     started_at=self.started_at)}
-        self.summary = build_summary(self.records, RunInfo(**run))
+        self.summary = build_summary(self.records, RunInfo(**run), forward=self.forward)
         return self.summary
 
     def set_exitstatus(self, status: int) -> None:
@@ -109,15 +120,5 @@ def write_exitstatus(run_dir: Path, status: int) -> None:
 
 
 def read_records(path: Path) -> list[Record]:
-    """Records of a results.jsonl. A torn last line (a run killed mid-write) is skipped; any other line that
-    is not a record of this version is an error naming the file and the line."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out = []
-    for number, line in enumerate(lines, 1):
-        try:
-            out.append(Record.from_json(line))
-        except RecordError as exc:
-            if number == len(lines) and not line.endswith("}"):
-                continue  # the write a kill interrupted
-            raise RecordError(f"{path}:{number}: {exc}") from None
-    return out
+    """Records of a results.jsonl (records.read_lines: a torn last line skipped, any other bad line named)."""
+    return read_lines(path, Record.from_json)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from pytest_retrace.results.forward import ForwardRecord, ForwardRow, forward_rows
 from pytest_retrace.results.records import Record, dedupe, validate_versioned
 from pytest_retrace.results.stats import Statistics, summarize
 
@@ -110,6 +111,7 @@ class Summary(Statistics):
     run: RunInfo
     failed: list[FailedTest] = Field(default_factory=list)  # failed_tests()
     gate: GateVerdict | None = None
+    forward: list[ForwardRow] = Field(default_factory=list)  # a forward run's rows (results.forward)
 
     # -- copies with one more fact ---------------------------------------------------------------------
     def gated(self, verdict: GateVerdict) -> Summary:
@@ -138,6 +140,8 @@ class Summary(Statistics):
         """summary.json's object: the keys it always had. ``gate`` and ``run.saved_baseline`` appear only
         when there is one, as before."""
         out = self.model_dump(mode="json", exclude={"gate"} if self.gate is None else set())
+        if not self.forward:
+            del out["forward"]  # a recovery run's summary.json has the keys it always had
         if self.run.saved_baseline is None:
             del out["run"]["saved_baseline"]
         return out
@@ -165,12 +169,13 @@ class Summary(Statistics):
         return self.to_dict().get(key, default)
 
 
-def build_summary(records: Iterable[Record], run: RunInfo) -> Summary:
-    """The summary of a run's records (results.stats) with its ``run`` and the tests that failed."""
+def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[ForwardRecord] = ()) -> Summary:
+    """The summary of a run's records (results.stats) with its ``run`` and the tests that failed; a forward
+    run's records make its ``forward`` rows."""
     records = list(records)
     stats = summarize(records)
     return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
-                   failed=failed_tests(records))
+                   failed=failed_tests(records), forward=forward_rows(forward))
 
 
 def failed_tests(records: Sequence[Record]) -> list[FailedTest]:

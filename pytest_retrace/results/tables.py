@@ -3,6 +3,7 @@ and the cells report.py renders as markdown."""
 
 from __future__ import annotations
 
+from pytest_retrace.results.forward import ForwardRow
 from pytest_retrace.results.stats import Row, Statistics
 
 
@@ -76,3 +77,20 @@ def table_rows(summary: Statistics, *, by: str | None = None) -> list[list[str]]
             ]
         )
     return rows
+
+
+def forward_cells(rows: list[ForwardRow]) -> list[list[str]]:
+    """A forward run's rows (summary.forward): success rate with its 95 % interval per (model, max steps)."""
+    repeated = any(r.runs > 1 for r in rows)
+    header = ["model", "max steps", "tasks", "n", "solved", "rate", "95% CI", "mean steps (solved)", "errors"]
+    out = [header + (["sd across runs"] if repeated else [])]
+    for r in rows:
+        ci = "-" if r.ci_low is None or r.ci_high is None else f"{100 * r.ci_low:.1f}–{100 * r.ci_high:.1f}"
+        cells = [r.model, str(r.max_steps), str(r.tasks), str(r.n), str(r.solved), _pct(r.rate), ci,
+                 "-" if r.mean_steps is None else f"{r.mean_steps:g}", str(r.errors)]
+        out.append(cells + ([("-" if r.rate_sd is None else f"{100 * r.rate_sd:.1f}")] if repeated else []))
+    return out
+
+
+def format_forward(rows: list[ForwardRow]) -> str:
+    return pad_table(forward_cells(rows))

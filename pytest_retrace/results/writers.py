@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_retrace.results import rundir
+from pytest_retrace.results.forward import ForwardRecord
 from pytest_retrace.results.records import Record
 from pytest_retrace.results.summary import Summary
 
@@ -25,14 +26,24 @@ class ResultsJsonl:
 
     def __init__(self, run_dir: Path) -> None:
         self.path = rundir.results_file(run_dir)
+        self.forward_path = rundir.forward_file(run_dir)
 
     @pytest.hookimpl
     def pytest_retrace_record(self, record: Record, config: pytest.Config) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(record.to_json() + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        _append(self.path, record.to_json())
+
+    @pytest.hookimpl
+    def pytest_retrace_forward_record(self, record: ForwardRecord, config: pytest.Config) -> None:
+        """A forward run's records go to forward.jsonl, the same way."""
+        _append(self.forward_path, record.to_json())
+
+
+def _append(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 class SummaryJson:

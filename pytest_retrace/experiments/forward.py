@@ -1,0 +1,115 @@
+"""A forward episode (the paper's forward run, what its §4 and §6 experiments stand on): an agent solves a task
+from its initial state in at most ``max_steps`` actions, and the task's own evaluator scores what it left.
+
+reset (the task's setup; an OSWorld task's config) → the agent's turns, as in a recovery (replay.drive: the
+same whitelist, caps, budget accounting and blame) → Φ.
+
+Who is to blame is decided as in a recovery (replay/run.py): a reset that fails, the model's API down after
+retries, an exception out of agent code are infrastructure errors; what the agent does and leaves behind is
+scored. The screen after every executed action is kept (the trajectory's observations, experiments.trajectory).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_retrace.actions import Action
+from pytest_retrace.agents import Agent, AgentContext
+from pytest_retrace.envs import EnvError, Environment
+from pytest_retrace.evaluators import Evaluation
+from pytest_retrace.replay.cases import Task
+from pytest_retrace.replay.drive import recover
+from pytest_retrace.replay.judge import reset
+from pytest_retrace.replay.result import (
+    InfraError,
+    RecoveryResult,
+    ReplayObserver,
+    ReplayOptions,
+    timed_stage,
+)
+from pytest_retrace.replay.scoring import judge_left
+
+
+@dataclass
+class ForwardResult:
+    """One episode: what the agent did (``steps``, the drive's own log), the screen before its first action and
+    after each executed one, and the evaluator's verdict. ``error``: an infrastructure error (no verdict)."""
+
+    task_id: str
+    max_steps: int
+    drive: RecoveryResult  # the turns' bookkeeping, shared with recoveries (steps, usage, invalid, failed, cut)
+    initial: np.ndarray | None = field(default=None, repr=False)
+    frames: list[np.ndarray] = field(default_factory=list, repr=False)  # after each executed action, in order
+    evaluation: Evaluation | None = None
+    last_action: str | None = None  # "DONE" / "FAIL" when the agent ended the episode itself
+    error: InfraError | None = None
+
+    @property
+    def solved(self) -> bool:
+        return self.error is None and self.evaluation is not None and self.evaluation.passed
+
+    @property
+    def verdict(self) -> str:
+        return "error" if self.error is not None else "solved" if self.solved else "unsolved"
+
+    def __repr__(self) -> str:
+        score = None if self.evaluation is None else self.evaluation.score
+        return f"ForwardResult(task={self.task_id!r}, verdict={self.verdict!r}, score={score})"
+
+
+class _Recording:
+    """The environment as the agent's turns see it, keeping the settled screen of every executed action
+    (the frame the settle grabbed anyway: no extra screenshot)."""
+
+    def __init__(self, env: Environment, frames: list[np.ndarray]) -> None:
+        self._env, self._frames = env, frames
+
+    def execute(self, action: Action) -> Any:
+        settled = self._env.execute(action)
+        self._frames.append(settled.frame)
+        return settled
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+def run_forward(env: Environment, task: Task, task_dir: Path, agent: Agent, *, max_steps: int,
+                ground_truth: list[Action] | None = None, observer: ReplayObserver | None = None) -> ForwardResult:
+    """Run one episode. Never raises for infrastructure failures: they land in ``result.error``.
+    ``ground_truth`` reaches only a privileged agent (the scripted forward baselines)."""
+    opts = ReplayOptions(budget=max_steps, observer=observer)
+    drive = RecoveryResult(task.id, 0.0, budget=max_steps)
+    result = ForwardResult(task.id, max_steps, drive)
+    start = time.monotonic()
+    try:
+        _run(env, task, task_dir, agent, ground_truth, opts, result)
+    except InfraError as exc:
+        result.error = exc
+    finally:
+        drive.timings["total"] = round(time.monotonic() - start, 4)
+    return result
+
+
+def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, ground_truth: list[Action] | None,
+         opts: ReplayOptions, result: ForwardResult) -> None:
+    drive = result.drive
+    with timed_stage(drive, opts, "reset", "reset"):
+        try:
+            reset(env, task, task_dir)
+            result.initial = env.screenshot()
+        except EnvError as exc:  # nothing has acted yet: the harness's
+            raise InfraError("reset", str(exc)) from exc
+    context = AgentContext(instruction=task.instruction, mode="forward", strategy="implicit", budget=opts.budget,
+                           screen=tuple(env.size), ground_truth=list(ground_truth or []) if agent.privileged else None)
+    with timed_stage(drive, opts, "recover", f"forward: {agent.name}, at most {opts.budget} steps") as stage:
+        recover(_Recording(env, result.frames), agent, context, opts, drive)  # type: ignore[arg-type]
+        stage.title += f" ({drive.actions_used} used)"
+    ends = [s.action["action"] for s in drive.steps if s.action.get("action") in ("done", "fail")]
+    result.last_action = ends[-1].upper() if ends else None
+    with timed_stage(drive, opts, "evaluate", "Φ: the task's evaluator") as stage:
+        result.evaluation = judge_left(env, task, task_dir, stage, "Φ", last_action=result.last_action)

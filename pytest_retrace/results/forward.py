@@ -1,0 +1,165 @@
+"""A forward run's record and its rows (--retrace-experiment=forward): one :class:`ForwardRecord` per episode,
+typed and versioned like a recovery's Record, kept in ``forward.jsonl`` beside results.jsonl, and built here
+only (:meth:`ForwardRecord.of_result`, :meth:`ForwardRecord.of_error`); :func:`forward_rows` is the summary's
+``forward`` section, one row per (model, max_steps).
+
+Infrastructure errors are counted and excluded from the rates, as for recoveries: a forward agent cannot change
+its own n either (experiments/forward.py).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_retrace.results.intervals import wilson_interval
+from pytest_retrace.results.records import Failure, RecordError, Step, dedupe, read_lines, validate_versioned
+
+if TYPE_CHECKING:
+    from pytest_retrace.experiments.forward import ForwardResult
+    from pytest_retrace.results.caserun import ForwardRun
+
+SCHEMA_VERSION = 1
+
+
+class ForwardRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    record: Literal["forward"] = "forward"
+    # -- what ran
+    nodeid: str
+    task: str
+    domain: str | None
+    source: str  # where the task was taken from: a case's id, or an OSWorld task file
+    model: str
+    max_steps: int
+    run_index: int = 0
+    privileged: bool = False  # a scripted agent that reads the ground truth: not a model
+    finished_at: str
+    # -- the verdict
+    verdict: Literal["solved", "unsolved", "error"]
+    score: float | None = None
+    evaluator_details: list[str] = []
+    last_action: str | None = None  # DONE / FAIL when the agent ended the episode itself
+    error: Failure | None = None
+    # -- how it got there
+    agent_turns: int = 0
+    steps_used: int = 0  # of max_steps: executed actions, failed actions and invalid replies
+    invalid_steps: int = 0
+    failed_actions: int = 0
+    cut_actions: int = 0
+    usage: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    actions: list[Step] = []
+    trajectory: str | None = None  # its directory in OSWorld's results layout, relative to the run directory
+
+    @property
+    def is_error(self) -> bool:
+        return self.verdict == "error"
+
+    @classmethod
+    def _what(cls, run: ForwardRun, nodeid: str, privileged: bool) -> dict[str, Any]:
+        return {"nodeid": nodeid, "task": run.task.id, "domain": run.task.domain,
+                "source": run.source, "model": run.model.name, "max_steps": run.max_steps,
+                "run_index": run.run_index, "privileged": privileged,
+                "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+    @classmethod
+    def of_result(cls, run: ForwardRun, result: ForwardResult, *, nodeid: str, privileged: bool = False,
+                  trajectory: str | None = None) -> ForwardRecord:
+        drive, ev, err = result.drive, result.evaluation, result.error
+        return cls(
+            **cls._what(run, nodeid, privileged), verdict=result.verdict,  # type: ignore[arg-type]
+            score=None if err or ev is None else ev.score, evaluator_details=list(ev.details) if ev else [],
+            last_action=result.last_action,
+            error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
+            agent_turns=drive.agent_turns, steps_used=drive.actions_used, invalid_steps=drive.invalid_steps,
+            failed_actions=drive.failed_actions, cut_actions=drive.cut_actions, usage=drive.usage.to_dict(),
+            timings=dict(drive.timings),
+            actions=[Step(stage="forward", **s.action, settle=s.settle, settled=s.settled,
+                          rationale=s.rationale or None, error=s.error) for s in drive.steps],
+            trajectory=trajectory)
+
+    @classmethod
+    def of_error(cls, run: ForwardRun, failure: Failure, *, nodeid: str) -> ForwardRecord:
+        return cls(**cls._what(run, nodeid, False), verdict="error", error=failure)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, line: str) -> ForwardRecord:
+        import json
+
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            raise RecordError(f"not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ForwardRecord:
+        return validate_versioned(cls, data, what="forward record", reads=(SCHEMA_VERSION,), error=RecordError)
+
+
+def read_forward(path: Path) -> list[ForwardRecord]:
+    """The records of a forward.jsonl (records.read_lines)."""
+    return read_lines(path, ForwardRecord.from_json)
+
+
+class ForwardRow(BaseModel):
+    """summary.json's ``forward``: one (model, max_steps), over its episodes that have a verdict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    max_steps: int
+    n: int  # episodes with a verdict
+    solved: int
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    errors: int  # infrastructure errors, excluded from n
+    tasks: int
+    mean_steps: float | None  # of the solved episodes
+    runs: int
+    rate_sd: float | None = None  # across runs, with --retrace-runs K > 1
+    error_kinds: dict[str, int] = Field(default_factory=dict)
+
+
+def forward_rows(records: Iterable[ForwardRecord]) -> list[ForwardRow]:
+    """One row per (model, max_steps), in the order models first appear. A rerun of an episode that already
+    has a verdict is ignored, as for recoveries (records.dedupe)."""
+    kept, _ = dedupe(records)
+    groups: dict[tuple[str, int], list[ForwardRecord]] = defaultdict(list)
+    for r in kept:
+        groups[(r.model, r.max_steps)].append(r)
+    rows = []
+    for (model, max_steps), group in groups.items():
+        counted = [r for r in group if not r.is_error]
+        solved = [r for r in counted if r.verdict == "solved"]
+        low, high = wilson_interval(len(solved), len(counted)) if counted else (None, None)
+        by_run: dict[int, list[bool]] = defaultdict(list)
+        for r in counted:
+            by_run[r.run_index].append(r.verdict == "solved")
+        rates = [sum(v) / len(v) for v in by_run.values()]
+        kinds: dict[str, int] = defaultdict(int)
+        for r in group:
+            if r.error is not None:
+                kinds[f"{r.error.stage}/{r.error.kind}"] += 1
+        rows.append(ForwardRow(
+            model=model, max_steps=max_steps, n=len(counted), solved=len(solved),
+            rate=round(len(solved) / len(counted), 6) if counted else None,
+            ci_low=None if low is None else round(low, 6), ci_high=None if high is None else round(high, 6),
+            errors=len(group) - len(counted), tasks=len({r.task for r in group}),
+            mean_steps=round(statistics.mean(r.steps_used for r in solved), 3) if solved else None,
+            runs=len(by_run), rate_sd=round(statistics.stdev(rates), 6) if len(rates) > 1 else None,
+            error_kinds=dict(sorted(kinds.items()))))
+    return rows
