@@ -112,8 +112,8 @@ def _run_dir_of(config: pytest.Config, settings: Settings) -> Path:
     path = Path(resume)
     run_dir = path if path.is_absolute() or len(path.parts) > 1 else settings.report_dir / path
     if not rundir.results_file(run_dir).is_file() and not rundir.forward_file(run_dir).is_file():
-        raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl (nor a forward run's "
-                                f"forward.jsonl): nothing to resume")
+        # (a forward run's records are its forward.jsonl)
+        raise pytest.UsageError(f"--retrace-resume: {run_dir} holds no results.jsonl: nothing to resume")
     return run_dir
 
 

@@ -215,3 +215,30 @@ def test_osworld_task_files_run_forward_judged_by_osworlds_code(project: pytest.
     assert records["echo-hi"]["verdict"] == "solved" and records["echo-hi"]["score"] == 1.0
     assert records["noop"]["verdict"] == "unsolved" and records["noop"]["steps_used"] == 0
     assert records["echo-hi"]["source"].endswith("os/write-hi.json") and records["echo-hi"]["domain"] == "os"
+
+
+@pytest.mark.desktop
+def test_a_model_runs_forward_through_its_official_sdk_and_no_key_reaches_the_run(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped Claude config in a forward run, its SDK pointed at the loopback server by ANTHROPIC_BASE_URL:
+    the forward system prompt and the task (nothing about recovery, no ground truth), its turns scored like a
+    recovery's, usage counted, and the key in no file the run writes."""
+    from pytest_retrace.testing import LoopbackServer, UndoingClaude
+
+    key = "sk-ant-api03-" + "FORWARD-do-not-leak-41c2" * 2
+    with LoopbackServer(UndoingClaude()) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        res = project.runpytest_subprocess("--retrace-model=claude", "--retrace-experiment=forward", "-k",
+                                           "mousepad-hello-world", "--retrace-run=fw-claude", "-p", "no:cacheprovider")
+    res.assert_outcomes(failed=1)  # ctrl+z, then done: the task is not solved
+    (record,) = [json.loads(line) for line in (project.path / "reports" / "fw-claude" / "forward.jsonl").read_text().splitlines()]
+    assert (record["verdict"], record["model"], record["privileged"]) == ("unsolved", "claude-sonnet-4.6", False)
+    assert record["usage"]["calls"] == 2 and record["steps_used"] == 1 and record["last_action"] == "DONE"
+    first = server.requests[0].body
+    system = json.dumps(first["system"])
+    instruction = load_case(project.path / "cases" / "mousepad" / "typo-short.yaml").task.instruction
+    assert "recovery agent" not in system and json.dumps(instruction)[1:-1] in json.dumps(first["messages"][0])
+    files = [p for p in project.path.rglob("*") if p.is_file()]
+    assert any(p.name == "traj.jsonl" for p in files)
+    assert [str(p) for p in files if key.encode() in p.read_bytes()] == []
