@@ -108,17 +108,17 @@ def make_plan(root: Path, errors: ErrorDetector, recoveries: RecoveryStepDetecto
     plan = previous or Plan(trajectories=str(root), error_detector=errors.name, recovery_detector=recoveries.name,
                             seed=seed)
     plan.solved = 0
+    known = plan.known()  # annotated or excluded before: never read again (their screenshots are the cost)
     for path in episodes_in(root):
         rel = str(path.relative_to(root))
+        if rel in known:
+            continue
         episode = read_episode(path)
         if isinstance(episode, str):
-            if rel not in plan.known():
-                plan.excluded.append(Excluded(episode=rel, reason=episode))
+            plan.excluded.append(Excluded(episode=rel, reason=episode))
             continue
         if episode.solved:
             plan.solved += 1
-            continue
-        if rel in plan.known():
             continue
         item = _annotate(plan, rel, episode, errors, recoveries)
         (plan.annotated if isinstance(item, Annotated) else plan.excluded).append(item)  # type: ignore[arg-type]
