@@ -84,6 +84,9 @@ class AgentContext:
     restore_target: Callable[[], None] | None = None
     # Privileged, forward runs only: the task's ground-truth actions, for the scripted forward baselines
     ground_truth: list[Action] | None = None
+    # Which independent sample of the same start this episode is (an ideal-recovery continuation's index; 0
+    # otherwise): a model samples anyway, a seeded scripted agent draws by it
+    sample: int = 0
 
 
 @dataclass

@@ -305,7 +305,9 @@ class AnthropicAgent(ModelAgent):
             amount, direction = d.get("scroll_amount"), d.get("scroll_direction")
             if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
                 raise ActionError(f"scroll_amount must be a positive integer, got {amount!r}")
-            sign = {"up": (0, 1), "down": (0, -1), "left": (-1, 0), "right": (1, 0)}.get(direction)
+            # (a list or a mapping from the model is no key of this table: dict.get would raise, not miss)
+            sign = {"up": (0, 1), "down": (0, -1), "left": (-1, 0), "right": (1, 0)}.get(direction) \
+                if isinstance(direction, str) else None
             if sign is None:
                 raise ActionError(f"scroll_direction must be up, down, left or right, got {direction!r}")
             return Action("scroll", *point, dx=sign[0] * amount, dy=sign[1] * amount, hold=hold)

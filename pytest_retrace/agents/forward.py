@@ -6,13 +6,19 @@ on it, have agents with a known outcome and a known first wrong step E, for test
 - ``stall``: the ground truth up to step ``at`` - 1, at step ``at`` its ``wrong`` action (if any), then done:
   the episode's first wrong step is ``at``, and a task that needs the rest is not solved;
 - ``random-fail``: at each ground-truth step goes wrong as ``stall`` does with probability ``p``, drawn from a
-  generator seeded by ``seed`` and the task's instruction: the same step every run, on every machine.
+  generator seeded by ``seed``, the task's instruction and the context's ``sample`` (0 in a forward run, the
+  continuation's index in an ideal-recovery run): the same step every run, on every machine.
+
+Resumed from a past state (an ideal-recovery continuation: the context's ``history`` holds the R steps replayed
+before it), they go on with the ground truth's step R + 1. ``stall``'s ``on_resume: recover`` makes its mistake
+one a fresh start repeats but a resumed episode does not: the planted failure that returning to E - 1 fixes and
+a reset does not.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -29,7 +35,8 @@ class GroundTruth:
         if context.ground_truth is None:
             raise RuntimeError("a scripted forward agent needs the task's ground truth (privileged, forward runs only)")
         self.actions = list(context.ground_truth)
-        self.until, self.wrong, self.next = until, wrong, 0
+        # resumed after R replayed steps (they are the ground truth's up to the first wrong one): go on from R + 1
+        self.until, self.wrong, self.next = until, wrong, len(context.history)
 
     def act(self) -> AgentTurn:
         i, self.next = self.next, self.next + 1
@@ -67,6 +74,7 @@ class _WrongOptions(BaseModel):
 
 class _StallOptions(_WrongOptions):
     at: int = 1  # the first wrong step E, 1-based
+    on_resume: Literal["repeat", "recover"] = "repeat"  # resumed from a past state: go wrong at `at` again, or not
 
     @field_validator("at")
     @classmethod
@@ -106,7 +114,7 @@ class StallAgent(_Scripted):
         self.opts = parse_options(_StallOptions, config) if config is not None else _StallOptions()
 
     def wrong_step(self, context: AgentContext) -> int | None:
-        return self.opts.at
+        return None if context.history and self.opts.on_resume == "recover" else self.opts.at
 
 
 class _RandomOptions(_WrongOptions):
@@ -132,6 +140,8 @@ class RandomFailAgent(_Scripted):
     def wrong_step(self, context: AgentContext) -> int | None:
         """E for this task (1-based), or None: this seed lets the agent through. A str seed hashes the same in
         every process (random.Random seeds str through SHA-512), unlike hash()."""
-        draw = random.Random(f"{self.opts.seed}:{context.instruction}")
+        sample = f":{context.sample}" if context.sample else ""  # a forward run's draw is the one it always was
+        draw = random.Random(f"{self.opts.seed}:{context.instruction}{sample}")
         steps = len(context.ground_truth or [])
-        return next((i + 1 for i in range(steps) if draw.random() < self.opts.p), None)
+        start = len(context.history)  # resumed: the replayed steps are behind it, drawn for no more
+        return next((i + 1 for i in range(steps) if draw.random() < self.opts.p and i >= start), None)

@@ -209,7 +209,8 @@ class OpenAIAgent(ModelAgent):
             raise ActionError(f"keys must be a list of key names, got {held!r}")
         hold = tuple(_key(k) for k in held) if kind != "keypress" else ()
         if kind == "click":
-            button = _BUTTONS.get(d.get("button", "left"))
+            named = d.get("button", "left")
+            button = _BUTTONS.get(named) if isinstance(named, str) else None  # a list is no key: a miss, not a crash
             if button is None:
                 raise ActionError(f"button {d.get('button')!r} is not on this desktop's mouse (left, right, wheel)")
             return Action("click", *self._point(d), button=button, hold=hold)

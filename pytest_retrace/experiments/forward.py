@@ -4,6 +4,11 @@ from its initial state in at most ``max_steps`` actions, and the task's own eval
 reset (the task's setup; an OSWorld task's config) → the agent's turns, as in a recovery (replay.drive: the
 same whitelist, caps, budget accounting and blame) → Φ.
 
+A continuation (:class:`Resume`, the ideal-recovery experiment, paper B.1) starts after R steps of a saved
+episode instead: the reset, the saved actions replayed and the screen verified against the one the episode
+recorded after step R (retried; a prefix that does not reproduce is a desync, never scored), then the agent,
+given those R steps as its history and what the episode had left of ``max_steps``.
+
 Who is to blame is decided as in a recovery (replay/run.py): a reset that fails, the model's API down after
 retries, an exception out of agent code are infrastructure errors; what the agent does and leaves behind is
 scored. The screen after every executed action is kept (the trajectory's observations, experiments.trajectory).
@@ -19,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from pytest_retrace.actions import Action
-from pytest_retrace.agents import Agent, AgentContext
+from pytest_retrace.agents import Agent, AgentContext, HistoryStep
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.evaluators import Evaluation
 from pytest_retrace.replay.cases import Task
 from pytest_retrace.replay.drive import recover
 from pytest_retrace.replay.judge import reset
+from pytest_retrace.replay.reconstruct import replay_to
 from pytest_retrace.replay.result import (
     InfraError,
     RecoveryResult,
@@ -33,6 +39,20 @@ from pytest_retrace.replay.result import (
     timed_stage,
 )
 from pytest_retrace.replay.scoring import judge_left
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a continuation starts: the saved episode's first R steps (the screen before each, the action, the
+    rationale) and ``screen``, the episode's recorded screen after step R; ``sample``: which continuation."""
+
+    history: list[HistoryStep]
+    screen: np.ndarray | None
+    sample: int = 0
+
+    @property
+    def step(self) -> int:
+        return len(self.history)
 
 
 @dataclass
@@ -79,15 +99,18 @@ class _Recording:
 
 
 def run_forward(env: Environment, task: Task, task_dir: Path, agent: Agent, *, max_steps: int,
-                ground_truth: list[Action] | None = None, observer: ReplayObserver | None = None) -> ForwardResult:
-    """Run one episode. Never raises for infrastructure failures: they land in ``result.error``.
-    ``ground_truth`` reaches only a privileged agent (the scripted forward baselines)."""
-    opts = ReplayOptions(budget=max_steps, observer=observer)
-    drive = RecoveryResult(task.id, 0.0, budget=max_steps)
+                ground_truth: list[Action] | None = None, observer: ReplayObserver | None = None,
+                resume: Resume | None = None, attempts: int = 3) -> ForwardResult:
+    """Run one episode (from the task's initial state, or resumed). Never raises for infrastructure failures:
+    they land in ``result.error``. ``ground_truth`` reaches only a privileged agent (the scripted baselines)."""
+    # a resumed episode has what the saved one had left: never longer than a fresh one
+    budget = max(1, max_steps - (resume.step if resume else 0))
+    opts = ReplayOptions(budget=budget, observer=observer, attempts=attempts)
+    drive = RecoveryResult(task.id, 0.0, budget=budget)
     result = ForwardResult(task.id, max_steps, drive)
     start = time.monotonic()
     try:
-        _run(env, task, task_dir, agent, ground_truth, opts, result)
+        _run(env, task, task_dir, agent, ground_truth, opts, result, resume)
     except InfraError as exc:
         result.error = exc
     finally:
@@ -96,16 +119,26 @@ def run_forward(env: Environment, task: Task, task_dir: Path, agent: Agent, *, m
 
 
 def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, ground_truth: list[Action] | None,
-         opts: ReplayOptions, result: ForwardResult) -> None:
+         opts: ReplayOptions, result: ForwardResult, resume: Resume | None) -> None:
     drive = result.drive
-    with timed_stage(drive, opts, "reset", "reset"):
-        try:
-            reset(env, task, task_dir)
-            result.initial = env.screenshot()
-        except EnvError as exc:  # nothing has acted yet: the harness's
-            raise InfraError("reset", str(exc)) from exc
+    if resume is not None and resume.step:
+        if resume.screen is None:
+            raise InfraError("reconstruct", f"the saved episode has no screenshot after step {resume.step}",
+                             kind="desync")
+        replay_to(env, task, task_dir, [h.action for h in resume.history], resume.screen, opts, drive,
+                  state=f"step {resume.step}")
+        drive.steps.clear()  # the replayed prefix is the saved episode's, not this one's
+        result.initial = env.screenshot()
+    else:
+        with timed_stage(drive, opts, "reset", "reset"):
+            try:
+                reset(env, task, task_dir)
+                result.initial = env.screenshot()
+            except EnvError as exc:  # nothing has acted yet: the harness's
+                raise InfraError("reset", str(exc)) from exc
     context = AgentContext(instruction=task.instruction, mode="forward", strategy="implicit", budget=opts.budget,
-                           screen=tuple(env.size), ground_truth=list(ground_truth or []) if agent.privileged else None)
+                           screen=tuple(env.size), ground_truth=list(ground_truth or []) if agent.privileged else None,
+                           history=list(resume.history) if resume else [], sample=resume.sample if resume else 0)
     with timed_stage(drive, opts, "recover", f"forward: {agent.name}, at most {opts.budget} steps") as stage:
         recover(_Recording(env, result.frames), agent, context, opts, drive)  # type: ignore[arg-type]
         stage.title += f" ({drive.actions_used} used)"

@@ -14,6 +14,7 @@ trajectories); run again, it annotates only the episodes the file does not have 
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ class Plan(BaseModel):
     excluded: list[Excluded] = Field(default_factory=list)
     solved: int = 0  # episodes that needed no annotation: the agent solved the task
 
+    def root(self, path: Path) -> Path:
+        """The trajectories directory of the plan read from ``path`` (a relative one is the plan file's)."""
+        return Path(self.trajectories) if Path(self.trajectories).is_absolute() else path.parent / self.trajectories
+
     def known(self) -> set[str]:
         return {a.episode for a in self.annotated} | {e.episode for e in self.excluded}
 
@@ -105,7 +110,9 @@ def make_plan(root: Path, errors: ErrorDetector, recoveries: RecoveryStepDetecto
         raise PlanError(f"the plan was made with error detector {previous.error_detector}, recovery detector "
                         f"{previous.recovery_detector} and seed {previous.seed}: continue it with the same ones, "
                         f"or write a new plan (--out)")
-    plan = previous or Plan(trajectories=str(root), error_detector=errors.name, recovery_detector=recoveries.name,
+    # relative to the plan file where there is one: the run directory may move
+    where = os.path.relpath(root.absolute(), save.absolute().parent) if save is not None else str(root)
+    plan = previous or Plan(trajectories=where, error_detector=errors.name, recovery_detector=recoveries.name,
                             seed=seed)
     plan.solved = 0
     known = plan.known()  # annotated or excluded before: never read again (their screenshots are the cost)

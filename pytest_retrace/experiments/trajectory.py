@@ -11,7 +11,9 @@ them as inputs::
         step_<n>_<ts>.png the screen after action n
         result.txt        the evaluator's score
         retrace-task.yaml the harness's task exactly as the episode ran it (OSWorld's config and evaluator
-                          included) and the directory its files lie in: what `retrace build` replays it with
+                          included) and the directory its files lie in: what `retrace build` replays it with;
+                          and the ground truth a scripted agent was given, if one was (its continuations in
+                          the ideal-recovery experiment are given it again)
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def episode_dir(root: Path, model: str, domain: str, task_id: str, run_index: in
     return root / ACTION_SPACE / OBSERVATION / who / domain / task_id
 
 
-def write_episode(out: Path, task: Task, task_dir: Path, result: ForwardResult) -> Path:
+def write_episode(out: Path, task: Task, task_dir: Path, result: ForwardResult,
+                  ground_truth: list[Action] | None = None) -> Path:
     """Write one finished episode (not an infrastructure error: it measured nothing) to ``out``."""
     from PIL import Image
 
@@ -68,9 +71,10 @@ def write_episode(out: Path, task: Task, task_dir: Path, result: ForwardResult) 
     (out / "traj.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     score = result.evaluation.score if result.evaluation is not None else 0.0
     (out / "result.txt").write_text(f"{score}\n", encoding="utf-8")
-    (out / TASK_FILE).write_text(yaml.safe_dump(
-        {"task": task.model_dump(mode="json", exclude_none=True), "base_dir": str(task_dir.absolute())},
-        sort_keys=False), encoding="utf-8")
+    own: dict[str, Any] = {"task": task.model_dump(mode="json", exclude_none=True), "base_dir": str(task_dir.absolute())}
+    if ground_truth is not None:
+        own["ground_truth"] = [a.to_dict() for a in ground_truth]
+    (out / TASK_FILE).write_text(yaml.safe_dump(own, sort_keys=False), encoding="utf-8")
     return out
 
 
@@ -105,6 +109,16 @@ def read_task(task_dir: Path) -> tuple[Task, Path] | str | None:
         return Task.model_validate(data["task"]), Path(data["base_dir"])
     except Exception as exc:  # noqa: BLE001 - any malformed file is one dropped rollout, with its reason
         return f"invalid {path}: {exc}"
+
+
+def read_ground_truth(task_dir: Path) -> tuple[Action, ...] | None:
+    """The ground truth a scripted agent was given in this episode (``retrace-task.yaml``), or None."""
+    try:
+        data = yaml.safe_load((task_dir / TASK_FILE).read_text(encoding="utf-8"))
+        actions = data.get("ground_truth")
+        return None if actions is None else tuple(Action.from_dict(a) for a in actions)
+    except Exception:  # noqa: BLE001 - read_task has said what is wrong with the file; no ground truth then
+        return None
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.known_args_namespace.file_or_dir:
         # No paths on the command line: the suite is the case directories, wherever they are (pytest's own
         # default, testpaths or the current directory, knows nothing of --retrace-cases).
-        config.args = [str(p) for p in settings.case_roots]
+        config.args = [str(p) for p in settings.case_roots] if settings.plan is None else [str(settings.plan)]
     # One malformed case file must not stop the others: it stays a collection error, the rest runs.
     config.option.continue_on_collection_errors = True
     if settings.dry_run:
@@ -137,6 +137,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     models = ", ".join(f"{m.name} ({m.provider})" for m in settings.models)
     budgets = ",".join(map(str, settings.budgets))
     cases = ", ".join(str(p) for p in settings.case_roots)
+    if settings.plan is not None:
+        return [f"retrace ideal recovery: models {models}; env {settings.env.describe()}; {settings.samples} "
+                f"continuation(s) from each of {', '.join(settings.conditions)}; at most {settings.max_steps} steps "
+                f"an episode; the plan {settings.plan}"]
     if settings.experiment == "forward":
         return [f"retrace forward runs: models {models}; env {settings.env.describe()}; at most {settings.max_steps} "
                 f"steps; the tasks of the cases in {cases}"]

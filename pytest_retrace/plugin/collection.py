@@ -2,7 +2,9 @@
 ``test_recovery``, parametrized with a :class:`CaseRun` per model x strategy x budget x run; ``--retrace-sample``
 and ``--retrace-resume`` deselect. A forward run (``--retrace-experiment=forward``) collects ``test_forward``
 instead, a :class:`ForwardRun` per model x run, kept for the first file (case id, or task file) of each task
-only; OSWorld task files (``<domain>/<id>.json``) under the case roots are collected too."""
+only; OSWorld task files (``<domain>/<id>.json``) under the case roots are collected too. An ideal-recovery run
+collects its run plan (``--retrace-plan``): ``test_forward`` with a continuation per annotated episode x
+condition x k x model."""
 
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ def _same_task(items: list[pytest.Item]) -> list[pytest.Item]:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     settings = parent.config.stash.get(settings_key, None)
+    if settings is not None and settings.plan is not None:
+        return PlanFile.from_parent(parent, path=file_path) if file_path == settings.plan else None
     if settings is None or not any(file_path == root or root in file_path.parents for root in settings.case_roots):
         return None
     if file_path.suffix in (".yaml", ".yml"):
@@ -108,6 +112,27 @@ class OSWorldTaskFile(CaseFile):
         return module
 
 
+class PlanFile(CaseFile):
+    """The ideal-recovery run plan: a test module holding ``test_forward``, one continuation per annotated
+    episode x condition x k x model. An episode it cannot continue (its task file gone) is its collection error."""
+
+    def _getobj(self) -> types.ModuleType:
+        from pytest_retrace.experiments.ideal import StartError, starts_of
+        from pytest_retrace.experiments.plan import Plan, PlanError
+        from pytest_retrace.plugin import suite
+
+        settings = self.config.stash[settings_key]
+        try:
+            starts = starts_of(Plan.read(self.path), self.path, settings.conditions, settings.samples)
+        except (PlanError, StartError) as exc:
+            raise CaseError(self.path, "", str(exc)) from None
+        module = types.ModuleType("retrace_plan")
+        module.__file__ = str(self.path)
+        module.test_forward = suite.test_forward  # type: ignore[attr-defined]
+        module.__retrace_starts__ = starts  # type: ignore[attr-defined]
+        return module
+
+
 def is_osworld_task(path: Path) -> bool:
     """A JSON object with an instruction and an evaluator (not test_all.json, not a results file)."""
     try:
@@ -152,7 +177,12 @@ def case_runs(case: RecoveryCase, settings: Settings) -> list[CaseRun]:
 
 def forward_runs_of(module: Any, settings: Settings) -> list[ForwardRun]:
     """The forward tests a collected file holds (before _same_task keeps one per task): every model x run. A
-    case gives its task, its directory and its ground truth; an OSWorld task file its task only."""
+    case gives its task, its directory and its ground truth; an OSWorld task file its task only; a run plan its
+    continuations (with the ground truth their episode was run with, if any: for the scripted agents)."""
+    starts = getattr(module, "__retrace_starts__", None)
+    if starts is not None:
+        return [ForwardRun(start.task, start.task_dir, start.name, m, settings.max_steps, start=start,
+                           ground_truth=start.ground_truth) for start in starts for m in settings.models]
     case: RecoveryCase | None = getattr(module, "__retrace_case__", None)
     if case is not None:
         task, where, source, gt = case.task, case.dir, case.id, tuple(case.trajectory)
@@ -165,6 +195,13 @@ def forward_runs_of(module: Any, settings: Settings) -> list[ForwardRun]:
 
 def forward_runs_in(path: Path, settings: Settings) -> list[ForwardRun]:
     """The forward tests of a file as collected (the controller's view of a crashed worker's test)."""
+    if settings.plan is not None and path == settings.plan:
+        from pytest_retrace.experiments.ideal import starts_of
+        from pytest_retrace.experiments.plan import Plan
+
+        module = types.SimpleNamespace(__retrace_starts__=starts_of(Plan.read(path), path, settings.conditions,
+                                                                    settings.samples))
+        return forward_runs_of(module, settings)
     if path.suffix == ".json":
         module = types.SimpleNamespace(__retrace_task__=load_osworld_task(path, settings), __file__=str(path))
     else:

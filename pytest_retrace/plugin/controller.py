@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_retrace.plugin.collection import case_runs, forward_runs_in
-from pytest_retrace.plugin.options import option, settings_key
+from pytest_retrace.plugin.options import FORWARD_LIKE, option, settings_key
 from pytest_retrace.replay.cases import load_case
 from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.baseline import save as save_baseline
@@ -111,7 +111,7 @@ class Controller:
             "models": [m.name for m in settings.models], "env": settings.env.describe(), "budgets": list(settings.budgets),
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus), "sample": settings.sample,
             "collection_errors": len(errors), "case_file_errors": [{"file": e.file, "error": e.error} for e in errors],
-            "experiment": settings.experiment, **({"max_steps": settings.max_steps} if settings.experiment == "forward" else {}),
+            "experiment": settings.experiment, **({"max_steps": settings.max_steps} if settings.experiment in FORWARD_LIKE else {}),
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
         self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
         # an interrupted or broken session keeps its status: no gate, no baseline saved from it
@@ -137,6 +137,13 @@ class Controller:
 
         summary, tr = self.session.summary, terminalreporter
         if summary is None:
+            return
+        if summary.ideal_recovery:
+            from pytest_retrace.results.tables import format_success
+
+            tr.write_sep("=", "retrace ideal-recovery summary (Success@K)")
+            tr.write_line(format_success(summary.ideal_recovery))
+            tr.write_line(f"results: {self.session.forward_path}")
             return
         if summary.forward:
             from pytest_retrace.results.tables import format_forward

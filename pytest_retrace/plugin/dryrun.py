@@ -37,7 +37,9 @@ episode 2 x max_steps + 2);
                 except AgentConfigError as exc:
                     raise pytest.UsageError(f"retrace: {exc}") from None
             if isinstance(run, ForwardRun):  # a forward episode: turns as a recovery of budget max_steps
-                calls = per_turn[run.model.name] * ReplayOptions(budget=run.max_steps).max_turns
+                # (a continuation from step R has what the episode had left: max_steps - R)
+                budget = max(1, run.max_steps - (run.start.step if run.start is not None else 0))
+                calls = per_turn[run.model.name] * ReplayOptions(budget=budget).max_turns
             else:
                 calls = per_turn[run.model.name] * run.max_turns
                 calls += run.strategy == "explicit-context"

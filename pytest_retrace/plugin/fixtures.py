@@ -123,14 +123,18 @@ def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: 
         _retrace_agents[run.model.name] = create_agent(run.model)
     agent = _retrace_agents[run.model.name]
     gt = None if run.ground_truth is None else list(run.ground_truth)
+    resume = None if run.start is None else run.start.resume()  # an ideal-recovery continuation's start
+    settings = request.config.stash[settings_key]
     result = run_forward(retrace_env, run.task, run.task_dir, agent, max_steps=run.max_steps, ground_truth=gt,
-                         observer=_StageHooks(request.node))
+                         observer=_StageHooks(request.node), resume=resume, attempts=settings.attempts)
     run_dir = run_dir_of(request.config)
     trajectory = None
-    if run_dir is not None and result.error is None:
+    if run_dir is not None and result.error is None and run.start is None:
+        # (a continuation is not an episode from the task's start: its record keeps its actions)
         out = episode_dir(rundir.trajectories_dir(run_dir), run.model.name, run.task.domain, run.task.id,
                           run.run_index, run.runs)
-        trajectory = str(write_episode(out, run.task, run.task_dir, result).relative_to(run_dir))
+        given = gt if agent.privileged else None
+        trajectory = str(write_episode(out, run.task, run.task_dir, result, given).relative_to(run_dir))
     record = request.node.stash[forward_key] = ForwardRecord.of_result(
         run, result, nodeid=request.node.nodeid, privileged=agent.privileged, trajectory=trajectory)
     request.config.hook.pytest_retrace_forward_result(item=request.node, result=result, record=record)

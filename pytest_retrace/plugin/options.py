@@ -19,6 +19,7 @@ from pytest_retrace.agents import (
     load_model_config,
 )
 from pytest_retrace.envs.config import EnvConfig, EnvConfigError, load_env_config
+from pytest_retrace.experiments.plan import CONDITIONS
 from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.gate import Gate
 from pytest_retrace.screen.frames import DEFAULT_SCREEN
@@ -39,7 +40,12 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "env-option": ("args", [], "an option of the environment provider, KEY=VALUE (repeatable; overrides the config's)"),
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "experiment": ("string", "recovery", "what each test runs: recovery (a case's recovery, the benchmark) | forward "
-                   "(an agent solves each task of the cases from its initial state; one test per task x model)"),
+                   "(an agent solves each task of the cases from its initial state; one test per task x model) | "
+                   "ideal-recovery (K continuations from each step R of a run plan's episodes: Success@K)"),
+    "plan": ("string", None, "ideal-recovery: the run plan file (retrace plan TRAJECTORIES writes it)"),
+    "k": ("string", "5", "ideal-recovery: continuations per episode and condition (Success@1..K)"),
+    "recovery-steps": ("args", [], "ideal-recovery: the conditions to run, comma-separated: reset, E-1, E-random, "
+                       "R_LLM (default: all)"),
     "max-steps": ("string", "50", "forward runs: the most actions an agent may take on a task"),
     "osworld-cache": ("string", None, "forward runs of OSWorld task files: OSWorld's cache directory "
                       "(<task id>/<file>), where the files its tasks download are found (there is no network)"),
@@ -98,13 +104,17 @@ class Settings:
     gate: Gate
     network: str
     hide: tuple[Path, ...]  # the harness's own files: invisible inside the task sandbox
-    experiment: str = "recovery"  # recovery | forward
-    max_steps: int = 50  # forward runs
+    experiment: str = "recovery"  # recovery | forward | ideal-recovery
+    max_steps: int = 50  # forward runs (and the continuations of ideal recovery)
     osworld_cache: Path | None = None  # forward runs of OSWorld task files
+    plan: Path | None = None  # ideal-recovery: the run plan file
+    samples: int = 5  # ideal-recovery: K
+    conditions: tuple[str, ...] = CONDITIONS  # ideal-recovery: the recovery steps to run
 
 
 settings_key = pytest.StashKey[Settings]()
-EXPERIMENTS = ("recovery", "forward")
+EXPERIMENTS = ("recovery", "forward", "ideal-recovery")
+FORWARD_LIKE = ("forward", "ideal-recovery")  # experiments whose tests are forward episodes (test_forward)
 
 
 # -- options -----------------------------------------------------------------------------------------
@@ -229,7 +239,34 @@ def read_settings(config: pytest.Config) -> Settings | None:
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
         experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
+        plan=_plan(config, experiment), samples=_number(config, "k", int, 1), conditions=_conditions(config),
     )
+
+
+def _plan(config: pytest.Config, experiment: str) -> Path | None:
+    """ideal-recovery's run plan: required, and readable (a usage error naming the file and field)."""
+    from pytest_retrace.experiments.plan import Plan, PlanError
+
+    raw = option(config, "plan")
+    if experiment != "ideal-recovery":
+        return None
+    if raw is None:
+        raise pytest.UsageError("--retrace-experiment=ideal-recovery needs --retrace-plan FILE (retrace plan "
+                                "TRAJECTORIES writes it from a forward run)")
+    path = Path(raw) if Path(raw).is_absolute() else config.invocation_params.dir / raw
+    try:
+        Plan.read(path)
+    except PlanError as exc:
+        raise pytest.UsageError(f"--retrace-plan: {exc}") from None
+    return path.resolve()
+
+
+def _conditions(config: pytest.Config) -> tuple[str, ...]:
+    values = [v.strip() for raw in option(config, "recovery-steps") or [] for v in str(raw).split(",") if v.strip()]
+    unknown = [v for v in values if v not in CONDITIONS]
+    if unknown:
+        raise pytest.UsageError(f"--retrace-recovery-steps: {', '.join(unknown)} not one of {', '.join(CONDITIONS)}")
+    return tuple(dict.fromkeys(values)) or CONDITIONS
 
 
 def _cache(config: pytest.Config) -> Path | None:
@@ -290,7 +327,7 @@ def strategies_of(settings: Settings, model: ModelConfig) -> tuple[str, ...]:
     return settings.strategies or model.strategies
 
 
-PATH_OPTIONS = ("cases", "agents", "report-dir", "env", "osworld-cache")
+PATH_OPTIONS = ("cases", "agents", "report-dir", "env", "osworld-cache", "plan")
 
 
 def check_rootdir(config: pytest.Config) -> None:

@@ -7,13 +7,15 @@ also show its perturbation took effect off screen."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.agents import AgentInfraError, HistoryStep
 from pytest_retrace.envs import ActionFailed, EnvError, Environment
-from pytest_retrace.replay.cases import RecoveryCase, load_png
+from pytest_retrace.replay.cases import RecoveryCase, Task, load_png
 from pytest_retrace.replay.judge import reset
 from pytest_retrace.replay.probes import poll
 from pytest_retrace.replay.result import (
@@ -24,6 +26,7 @@ from pytest_retrace.replay.result import (
     count,
     timed_stage,
 )
+from pytest_retrace.screen.frames import Rect
 from pytest_retrace.screen.similarity import differing_pixels, screen_diff, ssim
 
 VERIFY_POLL = 0.1  # seconds between two looks at a state still on its way to the recorded pixels
@@ -50,7 +53,7 @@ def run_actions(env: Environment, actions: list[Action], stage: str, result: Rec
 
 
 
-def _matches(env: Environment, expected: np.ndarray, case: RecoveryCase, opts: ReplayOptions,
+def _matches(env: Environment, expected: np.ndarray, masks: Sequence[Rect], opts: ReplayOptions,
              result: RecoveryResult, state: str) -> tuple[bool, str, np.ndarray]:
     """Is the reconstructed `state` the recorded one? Pixel for pixel, or else by the LLM verifier if one is
     configured (for environments that cannot reproduce a screen exactly). Returns the screen it judged.
@@ -62,15 +65,15 @@ def _matches(env: Environment, expected: np.ndarray, case: RecoveryCase, opts: R
     deadline = time.monotonic() + opts.verify_wait
     while True:
         shot = env.screenshot()
-        off = differing_pixels(shot, expected, case.masks)
+        off = differing_pixels(shot, expected, masks)
         if off <= opts.verify_tolerance:
             result.reconstruction[state] = "pixels"
             return True, "", shot
         if time.monotonic() >= deadline:
             break
         time.sleep(VERIFY_POLL)
-    diff = screen_diff(shot, expected, case.masks)  # where it differs tells a dialog from a shifted layout
-    problem = f"{state} state off: {diff.describe()} (SSIM {ssim(shot, expected, case.masks):.4f})"
+    diff = screen_diff(shot, expected, masks)  # where it differs tells a dialog from a shifted layout
+    problem = f"{state} state off: {diff.describe()} (SSIM {ssim(shot, expected, masks):.4f})"
     if opts.verifier is None:
         return False, problem, shot
     try:
@@ -115,7 +118,7 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):
             run_actions(env, case.prefix, "prefix", result, history)
         with timed_stage(result, opts, "verify", "verify s_target") as stage:
-            ok, problem, shot = _matches(env, target, case, opts, result, "target")
+            ok, problem, shot = _matches(env, target, case.masks, opts, result, "target")
             stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
         if not ok:
             problems.append(f"attempt {attempt}: {problem}")
@@ -125,7 +128,7 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         with timed_stage(result, opts, "perturb", f"perturbation: {count(case.perturbation, 'action')}"):
             run_actions(env, case.perturbation, "perturb", result, history)
         with timed_stage(result, opts, "verify", "verify s_error") as stage:
-            ok, problem, shot = _matches(env, error, case, opts, result, "error")
+            ok, problem, shot = _matches(env, error, case.masks, opts, result, "error")
             stage.screenshot = None if ok else shot
             if ok and case.probes:
                 ok, problem = _probes_differ(env, case)
@@ -139,3 +142,27 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         kind="desync",
     )
 
+
+
+def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action], expected: np.ndarray,
+              opts: ReplayOptions, result: RecoveryResult, state: str = "step") -> None:
+    """Drive a fresh environment through a saved action prefix to the screen it recorded (an ideal-recovery
+    continuation's state R), verified as s_target is; retried up to `attempts` times, else a desync."""
+    problems: list[str] = []
+    for attempt in range(1, opts.attempts + 1):
+        result.attempts = attempt
+        with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
+            try:
+                reset(env, task, task_dir)
+            except EnvError as exc:
+                raise InfraError("reset", str(exc)) from exc
+        with timed_stage(result, opts, "prefix", f"prefix: {count(prefix, 'saved action')}"):
+            run_actions(env, prefix, "prefix", result)
+        with timed_stage(result, opts, "verify", f"verify the {state} state") as stage:
+            ok, problem, shot = _matches(env, expected, (), opts, result, state)
+            stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
+        if ok:
+            return
+        problems.append(f"attempt {attempt}: {problem}")
+    raise InfraError("reconstruct", f"the saved prefix did not reproduce its recorded screen (tolerance "
+                                    f"{opts.verify_tolerance} px): " + "; ".join(problems), kind="desync")

@@ -363,13 +363,19 @@ def _actions_text(record: Record) -> str:
 def _forward_labels(run: ForwardRun) -> None:
     """A forward test (--retrace-experiment=forward): suites model · forward > domain, its task, and the
     parameter (the whole case object) hidden; its stages are steps like a recovery's."""
-    task = run.task
-    allure.dynamic.description(f"**Task** ({task.domain}): {task.instruction}\n\nSolved from its initial state "
-                               f"in at most {run.max_steps} steps, judged by the task's evaluator.")
-    allure.dynamic.parent_suite(f"{run.model.name} · forward")
+    task, start = run.task, run.start
+    where = "its initial state" if start is None else \
+        f"step {start.step} of episode {start.name} (condition {start.condition}, continuation {start.sample + 1})"
+    allure.dynamic.description(f"**Task** ({task.domain}): {task.instruction}\n\nSolved from {where} in at most "
+                               f"{run.max_steps} steps, judged by the task's evaluator.")
+    experiment = "forward" if start is None else "ideal-recovery"
+    allure.dynamic.parent_suite(f"{run.model.name} · {experiment}" + ("" if start is None else f" · R={start.condition}"))
     allure.dynamic.suite(task.domain)
-    for name, value in {"model": run.model.name, "experiment": "forward", "task": task.id, "domain": task.domain,
-                        "max_steps": run.max_steps, "run": run.run_index + 1}.items():
+    labels = {"model": run.model.name, "experiment": experiment, "task": task.id, "domain": task.domain,
+              "max_steps": run.max_steps, "run": run.run_index + 1}
+    if start is not None:
+        labels |= {"condition": start.condition, "recovery_step": start.step, "continuation": start.sample + 1}
+    for name, value in labels.items():
         allure.dynamic.label(name, str(value))
         allure.dynamic.parameter(name, value)
     allure.dynamic.parameter("retrace_forward_run", run.id, excluded=True, mode=allure.parameter_mode.HIDDEN)

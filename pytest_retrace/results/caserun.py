@@ -15,6 +15,7 @@ from pytest_retrace.replay.result import ReplayOptions
 if TYPE_CHECKING:
     from pytest_retrace.actions import Action
     from pytest_retrace.agents import ModelConfig
+    from pytest_retrace.experiments.ideal import Start
     from pytest_retrace.replay.cases import RecoveryCase, Task
 
 
@@ -60,12 +61,14 @@ class ForwardRun:
     runs: int = 1
     ground_truth: tuple[Action, ...] | None = None
     case: RecoveryCase | None = None  # for --retrace-sample, which picks cases by app x kind
+    start: Start | None = None
 
     @property
     def id(self) -> str:
         # the task's id first, so -k TASK_ID selects its forward tests
         run = f"-run{self.run_index + 1}" if self.runs > 1 else ""
-        return f"{self.task.id}-{self.model.name}-s{self.max_steps}{run}"
+        start = f"-{self.start.id}" if self.start is not None else ""
+        return f"{self.task.id}{start}-{self.model.name}-s{self.max_steps}{run}"
 
 
 def forward_run_of(item: Any) -> ForwardRun | None:

@@ -5,6 +5,9 @@ only (:meth:`ForwardRecord.of_result`, :meth:`ForwardRecord.of_error`); :func:`f
 
 Infrastructure errors are counted and excluded from the rates, as for recoveries: a forward agent cannot change
 its own n either (experiments/forward.py).
+
+An ideal-recovery continuation (experiments/ideal.py) is a forward episode resumed: its record carries its
+:class:`Continuation` (schema 2), and its rows are results.success's Success@K, not :func:`forward_rows`'.
 """
 
 from __future__ import annotations
@@ -25,7 +28,23 @@ if TYPE_CHECKING:
     from pytest_retrace.experiments.forward import ForwardResult
     from pytest_retrace.results.caserun import ForwardRun
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ``start``, an ideal-recovery continuation's (a version 1 record is a plain episode)
+READS = (1, 2)
+
+
+class Continuation(BaseModel):
+    """Where an ideal-recovery continuation started (experiments.ideal.Start) and how its state was reached."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    episode: str  # the saved episode, relative to the plan's trajectories directory
+    forward_model: str  # the agent that ran it (its directory in OSWorld's layout)
+    condition: str  # reset | E-1 | E-random | R_LLM
+    step: int  # R
+    error_step: int  # E
+    sample: int  # which of the K continuations, from 0
+    samples: int  # K
+    replays: int = 0  # prefix replays it took to reach the recorded screen of step R (0: R = 0, no prefix)
 
 
 class ForwardRecord(BaseModel):
@@ -59,24 +78,29 @@ class ForwardRecord(BaseModel):
     timings: dict[str, float] = {}
     actions: list[Step] = []
     trajectory: str | None = None  # its directory in OSWorld's results layout, relative to the run directory
+    start: Continuation | None = None  # an ideal-recovery continuation's start
 
     @property
     def is_error(self) -> bool:
         return self.verdict == "error"
 
     @classmethod
-    def _what(cls, run: ForwardRun, nodeid: str, privileged: bool) -> dict[str, Any]:
+    def _what(cls, run: ForwardRun, nodeid: str, privileged: bool, replays: int = 0) -> dict[str, Any]:
+        start = None if run.start is None else Continuation(
+            episode=run.start.name, forward_model=run.start.who, condition=run.start.condition, step=run.start.step,
+            error_step=run.start.error_step, sample=run.start.sample, samples=run.start.samples, replays=replays)
         return {"nodeid": nodeid, "task": run.task.id, "domain": run.task.domain,
                 "source": run.source, "model": run.model.name, "max_steps": run.max_steps,
-                "run_index": run.run_index, "privileged": privileged,
+                "run_index": run.run_index, "privileged": privileged, "start": start,
                 "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
     @classmethod
     def of_result(cls, run: ForwardRun, result: ForwardResult, *, nodeid: str, privileged: bool = False,
                   trajectory: str | None = None) -> ForwardRecord:
         drive, ev, err = result.drive, result.evaluation, result.error
+        replays = drive.attempts if run.start is not None and run.start.step else 0
         return cls(
-            **cls._what(run, nodeid, privileged), verdict=result.verdict,  # type: ignore[arg-type]
+            **cls._what(run, nodeid, privileged, replays), verdict=result.verdict,  # type: ignore[arg-type]
             score=None if err or ev is None else ev.score, evaluator_details=list(ev.details) if ev else [],
             last_action=result.last_action,
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
@@ -106,7 +130,7 @@ class ForwardRecord(BaseModel):
 
     @classmethod
     def from_dict(cls, data: Any) -> ForwardRecord:
-        return validate_versioned(cls, data, what="forward record", reads=(SCHEMA_VERSION,), error=RecordError)
+        return validate_versioned(cls, data, what="forward record", reads=READS, error=RecordError)
 
 
 def read_forward(path: Path) -> list[ForwardRecord]:
@@ -136,8 +160,9 @@ class ForwardRow(BaseModel):
 
 def forward_rows(records: Iterable[ForwardRecord]) -> list[ForwardRow]:
     """One row per (model, max_steps), in the order models first appear. A rerun of an episode that already
-    has a verdict is ignored, as for recoveries (records.dedupe)."""
-    kept, _ = dedupe(records)
+    has a verdict is ignored, as for recoveries (records.dedupe). Continuations are not episodes of the task
+    from its start: results.success summarises them."""
+    kept, _ = dedupe(r for r in records if r.start is None)
     groups: dict[tuple[str, int], list[ForwardRecord]] = defaultdict(list)
     for r in kept:
         groups[(r.model, r.max_steps)].append(r)

@@ -6,7 +6,9 @@ from the markdown), PDF and SVG (vector, for a paper):
   a single r it would be one point per line);
 - ``domains``, ``kinds``, ``horizons``: the rate per domain / kind of mistake / horizon, grouped bars;
 - ``criteria``: what each model × strategy (× budget) scored on the two criteria, stacked: recovered
-  (R_O ∧ R_TC), R_O only (the screen is back, the task state is not), R_TC only, neither.
+  (R_O ∧ R_TC), R_O only (the screen is back, the task state is not), R_TC only, neither;
+- ``success_at_k``, an ideal-recovery run's only figure (the paper's Figure 3): Success@K against K, one line
+  per recovery step condition, its 95 % bootstrap band shaded; a panel per model.
 
 Error bars are the 95 % Wilson interval of a single run, and the sample sd of the per-run rates around their
 mean where a group spans several runs (``--retrace-runs K`` or merged run directories) — the interval of
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from pytest_retrace.results.records import Record
 
 PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png")
+IDEAL_PLOTS: tuple[str, ...] = ("success_at_k.png",)  # an ideal-recovery run's, instead of PLOTS
 FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")  # every figure in each; PLOTS names the PNG
 _METADATA: dict[str, dict[str, Any]] = {  # what would make two drawings of the same data differ
     ".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
@@ -55,7 +58,7 @@ Point = tuple[float, float, float]  # value, error below, error above (percent)
 
 def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
                 errors: list[str] | None = None) -> list[Path]:
-    """Write the figures of :data:`PLOTS` into ``out_dir``, each in every one of :data:`FORMATS`, from a
+    """Write the figures of :data:`PLOTS` (an ideal-recovery run's: :data:`IDEAL_PLOTS`) into ``out_dir``, each in every one of :data:`FORMATS`, from a
     summary (results.summary.Summary, a merged report's statistics) or from records (summarised here); returns the PNG of each figure written (its PDF
     and SVG lie beside it). ``budget.png`` is drawn only when the summary has more than one budget. A figure
     that fails raises :class:`PlotError` naming its file — or, when ``errors`` is given, is recorded there and
@@ -68,10 +71,14 @@ def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
         "domains.png": lambda s: _breakdown(s, "domain", (), "Recovery rate by domain"),
         "kinds.png": lambda s: _breakdown(s, "kind", KINDS, "Recovery rate by kind of mistake"),
         "horizons.png": lambda s: _breakdown(s, "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
+        "success_at_k.png": _success,
     }
-    skip = set() if len(_budgets(summary)) > 1 else {"budget.png"}
+    if getattr(summary, "ideal_recovery", None):  # an ideal-recovery run has no recovery rates to draw
+        skip = set(PLOTS)
+    else:
+        skip = set(IDEAL_PLOTS) | (set() if len(_budgets(summary)) > 1 else {"budget.png"})
     written = []
-    for name in PLOTS:
+    for name in PLOTS + IDEAL_PLOTS:
         path = out_dir / name
         files = [path.with_suffix(suffix) for suffix in FORMATS]
         if name in skip:
@@ -331,4 +338,32 @@ def _criteria(summary: Statistics) -> Figure:
     ax.set_ylabel("share of finished tests (%)")
     ax.set_title(f"{title}\n(recovered = both criteria; the others fail one or both)", fontsize=11)
     fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    return fig
+
+
+def _success(summary: Any) -> Figure:
+    rows = [r for r in summary.ideal_recovery if r.domain is None]
+    models = list(dict.fromkeys(r.model for r in rows))
+    fig, axes = _figure(7.0, len(models))
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab10"]
+    conditions = list(dict.fromkeys(r.condition for r in rows))
+    for ax, model in zip(axes, models):
+        for row in (r for r in rows if r.model == model):
+            ks = [k + 1 for k, v in enumerate(row.success) if v is not None]
+            if not ks:
+                continue
+            values = [100 * row.success[k - 1] for k in ks]
+            colour = colours(conditions.index(row.condition) % colours.N)
+            ax.plot(ks, values, marker="o", color=colour, label=f"R = {row.condition} ({row.instances} inst.)")
+            ax.fill_between(ks, [100 * row.ci_low[k - 1] for k in ks], [100 * row.ci_high[k - 1] for k in ks],
+                            color=colour, alpha=0.15, linewidth=0)
+        ax.set_title(f"Success@K under ideal recovery: {model}\n(95 % percentile bootstrap over instances)",
+                     fontsize=11)
+        ax.set_xlabel("K (continuations)")
+        ax.set_xticks(range(1, max((r.samples for r in rows), default=1) + 1))
+        _percent_axis(ax, top=105.0)
+        ax.set_ylabel("Success@K (%)")
+        ax.legend(fontsize=8, loc="lower right")
     return fig

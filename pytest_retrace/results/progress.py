@@ -175,7 +175,9 @@ class ProgressReporter:
             why = _why(record, WHY_WIDTH if self.tty else None)  # type: ignore[arg-type]
         else:
             why = f"score {record.score:g}, {record.steps_used}/{record.max_steps} steps, ended {record.last_action or '-'}"
-        self._line(record, word, markup, f"{record.task:<32}  {record.model} · forward", why)
+        how = "forward" if record.start is None else f"R={record.start.condition} ({record.start.step}) · " \
+                                                     f"k{record.start.sample + 1}"
+        self._line(record, word, markup, f"{record.task:<32}  {record.model} · {how}", why)
 
     def _line(self, record: Record | ForwardRecord, word: str, markup: dict[str, bool], what: str, why: str) -> None:
         self.done += 1

@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_retrace.results.merge import MergedReport
 from pytest_retrace.results.stats import BREAKDOWNS, Row
 from pytest_retrace.results.summary import FailedTest, RunInfo, Summary
-from pytest_retrace.results.tables import forward_cells, pad_table, table_rows
+from pytest_retrace.results.tables import forward_cells, pad_table, success_cells, table_rows
 
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
@@ -27,6 +27,21 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
     markdown file) as images."""
     out = [f"# {title}", ""]
     run = summary.run
+    if summary.ideal_recovery:  # --retrace-experiment=ideal-recovery: Success@K per condition
+        rows = summary.ideal_recovery
+        errors = sum(r.errors for r in rows if r.domain is None)
+        out += [f"Ideal recovery: {rows[0].samples} continuation(s) of the forward agent from each annotated "
+                f"episode's state after R steps, per condition; {errors} continuation(s) excluded (their prefix "
+                f"did not reproduce, or another infrastructure error).", ""]
+        out += _md_provenance(run)
+        out += ["## Success@K per condition", "", _md_table(success_cells(rows)), "",
+                "S@K: the unbiased estimate of at least one of K continuations solving the task (1 - C(n-c, K) / "
+                "C(n, K) per instance), averaged over instances; 95% CI: percentile bootstrap over instances; "
+                "excluded: instances none of whose continuations reached the state of step R.", "",
+                "## Success@K per domain", "", _md_table(success_cells(rows, domains=True)), ""]
+        for plot in plots:
+            out += [f"![{Path(plot).stem}]({plot})", ""]
+        return "\n".join(out).rstrip() + "\n"
     if summary.forward:  # a forward run (--retrace-experiment=forward): its own table, no recovery rates
         errors = sum(r.errors for r in summary.forward)
         out += [f"Forward run: each task solved from its initial state in at most {summary.forward[0].max_steps} "

@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from pytest_retrace.results.forward import ForwardRecord, ForwardRow, forward_rows
+from pytest_retrace.results.success import SuccessRow, success_rows
 from pytest_retrace.results.records import Record, dedupe, validate_versioned
 from pytest_retrace.results.stats import Statistics, summarize
 
@@ -112,6 +113,7 @@ class Summary(Statistics):
     failed: list[FailedTest] = Field(default_factory=list)  # failed_tests()
     gate: GateVerdict | None = None
     forward: list[ForwardRow] = Field(default_factory=list)  # a forward run's rows (results.forward)
+    ideal_recovery: list[SuccessRow] = Field(default_factory=list)  # Success@K of its continuations (results.success)
 
     # -- copies with one more fact ---------------------------------------------------------------------
     def gated(self, verdict: GateVerdict) -> Summary:
@@ -140,8 +142,9 @@ class Summary(Statistics):
         """summary.json's object: the keys it always had. ``gate`` and ``run.saved_baseline`` appear only
         when there is one, as before."""
         out = self.model_dump(mode="json", exclude={"gate"} if self.gate is None else set())
-        if not self.forward:
-            del out["forward"]  # a recovery run's summary.json has the keys it always had
+        for experiment in ("forward", "ideal_recovery"):
+            if not getattr(self, experiment):
+                del out[experiment]  # a recovery run's summary.json has the keys it always had
         if self.run.saved_baseline is None:
             del out["run"]["saved_baseline"]
         return out
@@ -171,11 +174,11 @@ class Summary(Statistics):
 
 def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[ForwardRecord] = ()) -> Summary:
     """The summary of a run's records (results.stats) with its ``run`` and the tests that failed; a forward
-    run's records make its ``forward`` rows."""
-    records = list(records)
+    run's records make its ``forward`` rows, an ideal-recovery run's continuations its ``ideal_recovery`` rows."""
+    records, forward = list(records), list(forward)
     stats = summarize(records)
     return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
-                   failed=failed_tests(records), forward=forward_rows(forward))
+                   failed=failed_tests(records), forward=forward_rows(forward), ideal_recovery=success_rows(forward))
 
 
 def failed_tests(records: Sequence[Record]) -> list[FailedTest]:

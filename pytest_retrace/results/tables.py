@@ -4,6 +4,7 @@ and the cells report.py renders as markdown."""
 from __future__ import annotations
 
 from pytest_retrace.results.forward import ForwardRow
+from pytest_retrace.results.success import SuccessRow
 from pytest_retrace.results.stats import Row, Statistics
 
 
@@ -94,3 +95,26 @@ def forward_cells(rows: list[ForwardRow]) -> list[list[str]]:
 
 def format_forward(rows: list[ForwardRow]) -> str:
     return pad_table(forward_cells(rows))
+
+
+def success_cells(rows: list[SuccessRow], *, domains: bool = False) -> list[list[str]]:
+    """The ideal-recovery rows (summary.ideal_recovery): Success@K per (model, condition), with its 95 %
+    bootstrap interval at the largest K; ``domains``: the per-domain rows instead of the overall ones."""
+    rows = [r for r in rows if (r.domain is not None) == domains]
+    samples = max((r.samples for r in rows), default=0)
+    header = ["model", "R", *(["domain"] if domains else []), "instances", "mean R", "excluded", "errors",
+              *(f"S@{k}" for k in range(1, samples + 1)), f"95% CI @{samples}"]
+    out = [header]
+    for r in rows:
+        last = r.samples - 1
+        ci = "-" if r.ci_low[last] is None or r.ci_high[last] is None else \
+            f"{100 * r.ci_low[last]:.1f}–{100 * r.ci_high[last]:.1f}"
+        cells = [r.model, r.condition, *([r.domain or "-"] if domains else []), str(r.instances),
+                 "-" if r.mean_step is None else f"{r.mean_step:g}", str(r.excluded), str(r.errors),
+                 *(_pct(r.success[k]) if k < len(r.success) else "-" for k in range(samples)), ci]
+        out.append(cells)
+    return out
+
+
+def format_success(rows: list[SuccessRow]) -> str:
+    return pad_table(success_cells(rows))

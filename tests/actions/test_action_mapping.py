@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_retrace.actions import Action, ActionError
@@ -138,6 +138,7 @@ junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 @given(name=st.sampled_from([c[0] for c in CLAUDE] + ["junk"]), data=st.dictionaries(
     st.sampled_from(["coordinate", "start_coordinate", "text", "scroll_direction", "scroll_amount", "duration",
                      "region", "repeat", "action"]), junk, max_size=5))
+@example(name="scroll", data={"scroll_direction": [], "scroll_amount": 1})  # a list is no direction (found so)
 def test_any_claude_reply_becomes_a_turn_or_an_invalid_reply(claude: Any, name: str, data: dict) -> None:
     use = SimpleNamespace(type="tool_use", id="toolu_1", name=name, input=data, toolset_name="computer")
     reply = SimpleNamespace(content=[use], stop_reason="tool_use")
@@ -151,6 +152,7 @@ def test_any_claude_reply_becomes_a_turn_or_an_invalid_reply(claude: Any, name: 
 @settings(max_examples=300, deadline=None)
 @given(actions=st.lists(st.dictionaries(st.sampled_from(["type", "x", "y", "button", "keys", "path", "text",
                                                          "scroll_x", "scroll_y"]), junk, max_size=5), max_size=3))
+@example(actions=[{"type": "click", "x": 1, "y": 1, "button": []}])
 def test_any_openai_reply_becomes_a_turn_or_an_invalid_reply(gpt: Any, actions: list) -> None:
     call = SimpleNamespace(type="computer_call", model_dump=lambda **_: {"call_id": "c1", "actions": actions})
     reply = SimpleNamespace(output=[call])
