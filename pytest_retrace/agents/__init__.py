@@ -87,6 +87,8 @@ class AgentContext:
     # Which independent sample of the same start this episode is (an ideal-recovery continuation's index; 0
     # otherwise): a model samples anyway, a seeded scripted agent draws by it
     sample: int = 0
+    # End-to-end recovery: told once, after the history, when the environment was restored to a past step
+    note: str | None = None
 
 
 @dataclass

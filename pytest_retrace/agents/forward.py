@@ -10,7 +10,8 @@ on it, have agents with a known outcome and a known first wrong step E, for test
   continuation's index in an ideal-recovery run): the same step every run, on every machine.
 
 Resumed from a past state (an ideal-recovery continuation: the context's ``history`` holds the R steps replayed
-before it), they go on with the ground truth's step R + 1. ``stall``'s ``on_resume: recover`` makes its mistake
+before it), they go on with the ground truth's step R + 1. Asked to recover (end-to-end recovery's recovery agent)
+they know no way back: they end the attempt at once. ``stall``'s ``on_resume: recover`` makes its mistake
 one a fresh start repeats but a resumed episode does not: the planted failure that returning to E - 1 fixes and
 a reset does not.
 """
@@ -92,13 +93,18 @@ class _Scripted:
     _play: GroundTruth | None = None
 
     def start(self, context: AgentContext) -> None:
+        if context.mode == "recovery" and context.ground_truth is None:
+            # an end-to-end recovery given to a scripted forward agent: it knows no way back, and says so
+            self._play = None
+            return
         self._play = GroundTruth(context, until=self.wrong_step(context), wrong=self.opts.wrong_action())
 
     def wrong_step(self, context: AgentContext) -> int | None:
         raise NotImplementedError
 
     def act(self, observation: Observation) -> AgentTurn:
-        assert self._play is not None, "start() first"
+        if self._play is None:
+            return AgentTurn([_DONE], "a scripted forward agent cannot restore a past state")
         return self._play.act()
 
     def close(self) -> None:

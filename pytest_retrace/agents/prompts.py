@@ -116,6 +116,8 @@ class Prompts:
                     parts.append(Image(step.screenshot, past=True))
                 note = f"\nRationale: {step.rationale}" if step.rationale else ""
                 parts.append(Text(f"Step {i}:\n{describe(step.action)}{note}"))
+        if ctx.note:
+            parts.append(Text(ctx.note))
         if ctx.summary:
             parts.append(Text("What led to the target state:\n" + ctx.summary))
         if ctx.target_screenshot is not None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pytest_retrace.actions import Action
-from pytest_retrace.agents import Agent, AgentContext, HistoryStep
+from pytest_retrace.agents import Agent, AgentContext, HistoryStep, Usage
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.evaluators import Evaluation
 from pytest_retrace.replay.cases import Task
@@ -68,6 +68,10 @@ class ForwardResult:
     evaluation: Evaluation | None = None
     last_action: str | None = None  # "DONE" / "FAIL" when the agent ended the episode itself
     error: InfraError | None = None
+    # end-to-end recovery (experiments.endtoend): each recovery, and what asking the detectors cost
+    recoveries: list[Any] = field(default_factory=list)
+    detector_calls: int = 0
+    detector_usage: Usage = field(default_factory=Usage)
 
     @property
     def solved(self) -> bool:
@@ -82,7 +86,7 @@ class ForwardResult:
         return f"ForwardResult(task={self.task_id!r}, verdict={self.verdict!r}, score={score})"
 
 
-class _Recording:
+class Recording:
     """The environment as the agent's turns see it, keeping the settled screen of every executed action
     (the frame the settle grabbed anyway: no extra screenshot)."""
 
@@ -140,7 +144,7 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, ground_trut
                            screen=tuple(env.size), ground_truth=list(ground_truth or []) if agent.privileged else None,
                            history=list(resume.history) if resume else [], sample=resume.sample if resume else 0)
     with timed_stage(drive, opts, "recover", f"forward: {agent.name}, at most {opts.budget} steps") as stage:
-        recover(_Recording(env, result.frames), agent, context, opts, drive)  # type: ignore[arg-type]
+        recover(Recording(env, result.frames), agent, context, opts, drive)  # type: ignore[arg-type]
         stage.title += f" ({drive.actions_used} used)"
     ends = [s.action["action"] for s in drive.steps if s.action.get("action") in ("done", "fail")]
     result.last_action = ends[-1].upper() if ends else None

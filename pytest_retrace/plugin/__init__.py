@@ -18,6 +18,7 @@ from pytest_retrace.plugin import collection, controller, fixtures, hookspecs, o
 from pytest_retrace.plugin.collection import finished_key
 from pytest_retrace.plugin.controller import Controller, session_key
 from pytest_retrace.plugin.dryrun import DryRun
+from pytest_retrace.plugin.experiments import with_experiment
 from pytest_retrace.plugin.options import (
     Settings,
     check_models,
@@ -51,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:
         return
+    settings = with_experiment(config, settings)  # the experiments' own options (plugin.experiments)
     config.stash[settings_key] = settings
     if not config.known_args_namespace.file_or_dir:
         # No paths on the command line: the suite is the case directories, wherever they are (pytest's own
@@ -141,6 +143,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [f"retrace ideal recovery: models {models}; env {settings.env.describe()}; {settings.samples} "
                 f"continuation(s) from each of {', '.join(settings.conditions)}; at most {settings.max_steps} steps "
                 f"an episode; the plan {settings.plan}"]
+    if settings.experiment == "end-to-end":
+        most = ",".join(map(str, settings.max_recoveries))
+        detectors = f"detectors {settings.error_detector.name}, {settings.recovery_detector.name}; " \
+            if settings.error_detector and settings.recovery_detector else ""
+        return [f"retrace end-to-end recovery: models {models}; env {settings.env.describe()}; at most "
+                f"{settings.max_steps} forward steps, {most} recoveries of {settings.budgets[0]} steps; {detectors}"
+                f"the tasks of the cases in {cases}"]
     if settings.experiment == "forward":
         return [f"retrace forward runs: models {models}; env {settings.env.describe()}; at most {settings.max_steps} "
                 f"steps; the tasks of the cases in {cases}"]

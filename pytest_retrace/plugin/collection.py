@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from pytest_retrace.plugin.options import Settings, settings_key, strategies_of
+from pytest_retrace.plugin.experiments import recovery_modes_of
+from pytest_retrace.plugin.options import FORWARD_LIKE, Settings, settings_key, strategies_of
 from pytest_retrace.replay.cases import CaseError, RecoveryCase, Task, load_case
 from pytest_retrace.replay.sample import pick
 from pytest_retrace.results.caserun import CaseRun, ForwardRun, case_run_of, forward_run_of
@@ -65,7 +66,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     if file_path.suffix in (".yaml", ".yml"):
         return CaseFile.from_parent(parent, path=file_path)
-    if file_path.suffix == ".json" and settings.experiment == "forward" and is_osworld_task(file_path):
+    if file_path.suffix == ".json" and settings.experiment in ("forward", "end-to-end") and is_osworld_task(file_path):
         return OSWorldTaskFile.from_parent(parent, path=file_path)
     return None
 
@@ -80,7 +81,7 @@ class CaseFile(pytest.Module):
 
         module = types.ModuleType(f"retrace_case_{case.id}")
         module.__file__ = str(self.path)
-        if self.config.stash[settings_key].experiment == "forward":
+        if self.config.stash[settings_key].experiment in FORWARD_LIKE:
             module.test_forward = suite.test_forward  # type: ignore[attr-defined]
         else:
             module.test_recovery = suite.test_recovery  # type: ignore[attr-defined]
@@ -189,6 +190,11 @@ def forward_runs_of(module: Any, settings: Settings) -> list[ForwardRun]:
     else:
         task, where, gt = module.__retrace_task__, Path(module.__file__).parent, None
         source = module.__file__
+    if settings.experiment == "end-to-end":  # each model x recovery mode x max recoveries (none: one) x run
+        return [ForwardRun(task, where, source, m, settings.max_steps, i, settings.runs, gt, case, recovery=mode,
+                           max_recoveries=most)
+                for m in settings.models for mode in recovery_modes_of(settings, m)
+                for most in ((0,) if mode == "none" else settings.max_recoveries) for i in range(settings.runs)]
     return [ForwardRun(task, where, source, m, settings.max_steps, i, settings.runs, gt, case)
             for m in settings.models for i in range(settings.runs)]
 

@@ -138,6 +138,13 @@ class Controller:
         summary, tr = self.session.summary, terminalreporter
         if summary is None:
             return
+        if summary.end_to_end:
+            from pytest_retrace.results.tables import format_end_to_end
+
+            tr.write_sep("=", "retrace end-to-end recovery summary")
+            tr.write_line(format_end_to_end(summary.end_to_end))
+            tr.write_line(f"results: {self.session.forward_path}")
+            return
         if summary.ideal_recovery:
             from pytest_retrace.results.tables import format_success
 

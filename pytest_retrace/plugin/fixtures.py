@@ -48,7 +48,7 @@ def _retrace_agents() -> Any:
     agents: dict[str, Any] = {}
     yield agents
     for agent in agents.values():
-        agent.close()
+        getattr(agent, "close", lambda: None)()  # (detectors, where end-to-end made some)
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
 
 @pytest.fixture
 def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: ForwardRun, retrace_env: Any,
-                           _retrace_agents: dict[str, Any]) -> Any:
+                           _retrace_agents: dict[str, Any], _retrace_judges: Any) -> Any:
     """A forward episode (during setup, as a replay: infrastructure failures become errors), its trajectory
     written in OSWorld's results layout under the run directory, and its record."""
     from pytest_retrace.experiments.forward import run_forward
@@ -123,13 +123,20 @@ def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: 
         _retrace_agents[run.model.name] = create_agent(run.model)
     agent = _retrace_agents[run.model.name]
     gt = None if run.ground_truth is None else list(run.ground_truth)
-    resume = None if run.start is None else run.start.resume()  # an ideal-recovery continuation's start
     settings = request.config.stash[settings_key]
-    result = run_forward(retrace_env, run.task, run.task_dir, agent, max_steps=run.max_steps, ground_truth=gt,
-                         observer=_StageHooks(request.node), resume=resume, attempts=settings.attempts)
+    if run.recovery is not None:  # end-to-end: the forward episode with its detector and recoveries
+        from pytest_retrace.experiments.endtoend import run_end_to_end
+
+        recovery = _recovery(run, settings, _retrace_agents, _retrace_judges[0])
+        result = run_end_to_end(retrace_env, run.task, run.task_dir, agent, recovery, max_steps=run.max_steps,
+                                ground_truth=gt, observer=_StageHooks(request.node))
+    else:
+        resume = None if run.start is None else run.start.resume()  # an ideal-recovery continuation's start
+        result = run_forward(retrace_env, run.task, run.task_dir, agent, max_steps=run.max_steps, ground_truth=gt,
+                             observer=_StageHooks(request.node), resume=resume, attempts=settings.attempts)
     run_dir = run_dir_of(request.config)
     trajectory = None
-    if run_dir is not None and result.error is None and run.start is None:
+    if run_dir is not None and result.error is None and run.start is None and run.recovery is None:
         # (a continuation is not an episode from the task's start: its record keeps its actions)
         out = episode_dir(rundir.trajectories_dir(run_dir), run.model.name, run.task.domain, run.task.id,
                           run.run_index, run.runs)
@@ -141,6 +148,29 @@ def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: 
     if result.error is not None:
         raise result.error
     return result
+
+
+def _recovery(run: ForwardRun, settings: Settings, made: dict[str, Any], contextualizer: Any) -> Any:
+    """End-to-end's recovery setting for one test; the detectors and the recovery agent made once per process
+    (the recovery agent a separate instance from the forward agent: its conversation is its own)."""
+    from pytest_retrace.experiments.detectors import create_detector
+    from pytest_retrace.experiments.endtoend import Recovery
+
+    if run.recovery == "none":
+        return Recovery("none")
+    assert settings.error_detector is not None and settings.recovery_detector is not None
+    config = settings.recovery_agent or run.model
+    for key, build in ((f"detector:error:{settings.error_detector.name}",
+                        lambda: create_detector("error", settings.error_detector)),
+                       (f"detector:recovery:{settings.recovery_detector.name}",
+                        lambda: create_detector("recovery", settings.recovery_detector)),
+                       (f"recovery-agent:{config.name}", lambda: create_agent(config))):
+        if key not in made:
+            made[key] = build()
+    return Recovery(run.recovery, run.max_recoveries, made[f"detector:error:{settings.error_detector.name}"],
+                    made[f"detector:recovery:{settings.recovery_detector.name}"], made[f"recovery-agent:{config.name}"],
+                    budget=settings.budgets[0], contextualizer=contextualizer, ssim_threshold=settings.ssim_threshold,
+                    attempts=settings.attempts)
 
 
 class _StageHooks:

@@ -41,8 +41,17 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "network": ("string", "none", "network of tasks whose case does not ask for it (task.network: true): none | host"),
     "experiment": ("string", "recovery", "what each test runs: recovery (a case's recovery, the benchmark) | forward "
                    "(an agent solves each task of the cases from its initial state; one test per task x model) | "
-                   "ideal-recovery (K continuations from each step R of a run plan's episodes: Success@K)"),
+                   "ideal-recovery (K continuations from each step R of a run plan's episodes: Success@K) | "
+                   "end-to-end (forward episodes with an error detector and recoveries)"),
     "plan": ("string", None, "ideal-recovery: the run plan file (retrace plan TRAJECTORIES writes it)"),
+    "recovery-mode": ("args", [], "end-to-end: how a detected error is recovered, comma-separated, one test each: "
+                      "none | ideal | a recovery strategy (default: none, ideal and the model's strategies)"),
+    "max-recoveries": ("args", ["1"], "end-to-end: the most recoveries an episode may make; several values run "
+                       "one test each (the recovery agent's budget per attempt is --retrace-budget's first)"),
+    "error-detector": ("string", "error-detector", "end-to-end: the error-step detector's model config"),
+    "recovery-detector": ("string", "recovery-detector", "end-to-end: the recovery-step detector's model config"),
+    "recovery-agent": ("string", None, "end-to-end: the recovery agent's model config (default: the model under "
+                       "test's, a fresh instance: the same backbone with the recovery prompts)"),
     "k": ("string", "5", "ideal-recovery: continuations per episode and condition (Success@1..K)"),
     "recovery-steps": ("args", [], "ideal-recovery: the conditions to run, comma-separated: reset, E-1, E-random, "
                        "R_LLM (default: all)"),
@@ -110,11 +119,16 @@ class Settings:
     plan: Path | None = None  # ideal-recovery: the run plan file
     samples: int = 5  # ideal-recovery: K
     conditions: tuple[str, ...] = CONDITIONS  # ideal-recovery: the recovery steps to run
+    recovery_modes: tuple[str, ...] = ()  # end-to-end: none / ideal / strategies; () = none, ideal + the model's
+    max_recoveries: tuple[int, ...] = (1,)  # end-to-end
+    error_detector: ModelConfig | None = None  # end-to-end, when a mode other than none runs
+    recovery_detector: ModelConfig | None = None
+    recovery_agent: ModelConfig | None = None  # None: the model under test's config
 
 
 settings_key = pytest.StashKey[Settings]()
-EXPERIMENTS = ("recovery", "forward", "ideal-recovery")
-FORWARD_LIKE = ("forward", "ideal-recovery")  # experiments whose tests are forward episodes (test_forward)
+EXPERIMENTS = ("recovery", "forward", "ideal-recovery", "end-to-end")
+FORWARD_LIKE = ("forward", "ideal-recovery", "end-to-end")  # experiments whose tests are episodes (test_forward)
 
 
 # -- options -----------------------------------------------------------------------------------------
@@ -170,7 +184,7 @@ def _number(config: pytest.Config, name: str, kind: type, minimum: float) -> Any
     return value
 
 
-def _paths(config: pytest.Config, name: str, default: str) -> tuple[Path, ...]:
+def paths_option(config: pytest.Config, name: str, default: str) -> tuple[Path, ...]:
     cli = config.getoption("retrace_" + name)
     if cli:
         return tuple(Path(p).resolve() for item in cli for p in item.split(","))
@@ -188,7 +202,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
     names = listed(config, "model")
     if not names:
         return None
-    agent_dirs = list(_paths(config, "agents", "agents"))
+    agent_dirs = list(paths_option(config, "agents", "agents"))
     try:
         models = tuple(load_model_config(n, agent_dirs) for n in dict.fromkeys(names))
     except AgentConfigError as exc:
@@ -213,7 +227,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
     network = str(option(config, "network"))
     if network not in ("none", "host"):
         raise pytest.UsageError(f"--retrace-network: {network!r} is not one of none, host")
-    case_roots = _paths(config, "cases", "cases")
+    case_roots = paths_option(config, "cases", "cases")
     try:
         env = load_env_config(str(option(config, "env")), [config.rootpath / "envs"],
                               [str(v) for v in option(config, "env-option") or []])
@@ -222,14 +236,15 @@ def read_settings(config: pytest.Config) -> Settings | None:
     experiment = str(option(config, "experiment"))
     if experiment not in EXPERIMENTS:
         raise pytest.UsageError(f"--retrace-experiment: {experiment!r} is not one of {', '.join(EXPERIMENTS)}")
-    summarised = experiment == "recovery" and "explicit-context" in (strategies or {s for m in models for s in m.strategies})
+    summarised = experiment in ("recovery", "end-to-end") and "explicit-context" in (
+        strategies or {s for m in models for s in m.strategies})
     report_dir = Path(option(config, "report-dir"))
     report_dir = report_dir if report_dir.is_absolute() else config.rootpath / report_dir
     return Settings(
         models=models, strategies=strategies, case_roots=case_roots, env=env,
         budgets=tuple(dict.fromkeys(budgets or [10])),
-        contextualizer=_helper(config, "contextualizer", agent_dirs) if summarised else None,
-        verifier=_helper(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
+        contextualizer=model_option(config, "contextualizer", agent_dirs) if summarised else None,
+        verifier=model_option(config, "verifier", agent_dirs), dry_run=bool(config.getoption("retrace_dry_run")),
         settle=_settle(config),
         ssim_threshold=threshold, attempts=_number(config, "attempts", int, 1),
         verify_tolerance=_number(config, "verify-tolerance", int, 0), screen=(w, h),
@@ -239,34 +254,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
         experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
-        plan=_plan(config, experiment), samples=_number(config, "k", int, 1), conditions=_conditions(config),
     )
-
-
-def _plan(config: pytest.Config, experiment: str) -> Path | None:
-    """ideal-recovery's run plan: required, and readable (a usage error naming the file and field)."""
-    from pytest_retrace.experiments.plan import Plan, PlanError
-
-    raw = option(config, "plan")
-    if experiment != "ideal-recovery":
-        return None
-    if raw is None:
-        raise pytest.UsageError("--retrace-experiment=ideal-recovery needs --retrace-plan FILE (retrace plan "
-                                "TRAJECTORIES writes it from a forward run)")
-    path = Path(raw) if Path(raw).is_absolute() else config.invocation_params.dir / raw
-    try:
-        Plan.read(path)
-    except PlanError as exc:
-        raise pytest.UsageError(f"--retrace-plan: {exc}") from None
-    return path.resolve()
-
-
-def _conditions(config: pytest.Config) -> tuple[str, ...]:
-    values = [v.strip() for raw in option(config, "recovery-steps") or [] for v in str(raw).split(",") if v.strip()]
-    unknown = [v for v in values if v not in CONDITIONS]
-    if unknown:
-        raise pytest.UsageError(f"--retrace-recovery-steps: {', '.join(unknown)} not one of {', '.join(CONDITIONS)}")
-    return tuple(dict.fromkeys(values)) or CONDITIONS
 
 
 def _cache(config: pytest.Config) -> Path | None:
@@ -300,8 +288,8 @@ def _gate(config: pytest.Config, report_dir: Path) -> Gate:
                 strict=bool(config.getini("retrace_gate_strict") if strict is None else strict))
 
 
-def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
-    """The config of a judge model (contextualizer, verifier) the options name, if any."""
+def model_option(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelConfig | None:
+    """The config of a helper model (contextualizer, verifier, detector, recovery agent) an option names, if any."""
     value = option(config, name)
     if not value:
         return None
@@ -314,12 +302,18 @@ def _helper(config: pytest.Config, name: str, agent_dirs: list[Path]) -> ModelCo
 def check_models(settings: Settings) -> None:
     """Build every model once, before any test: a missing key, a bad option or a missing prompt file is a
     usage error naming the config, not the same setup error repeated in every test."""
+    from pytest_retrace.experiments.detectors import create_detector
+
     for config, factory in [(m, create_agent) for m in settings.models] + [
-            (h, create_chat) for h in (settings.contextualizer, settings.verifier) if h is not None]:
+            (h, create_chat) for h in (settings.contextualizer, settings.verifier) if h is not None] + [
+            (c, f) for c, f in ((settings.recovery_agent, create_agent),
+                                (settings.error_detector, lambda c: create_detector("error", c)),
+                                (settings.recovery_detector, lambda c: create_detector("recovery", c))) if c is not None]:
         try:
-            factory(config).close()
+            made = factory(config)
         except AgentConfigError as exc:
             raise pytest.UsageError(f"retrace: {exc}") from None
+        getattr(made, "close", lambda: None)()
 
 
 def strategies_of(settings: Settings, model: ModelConfig) -> tuple[str, ...]:

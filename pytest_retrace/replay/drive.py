@@ -7,6 +7,7 @@ leaves unreadable. An exception escaping an agent's ``start`` or ``act`` is a bu
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,11 @@ def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) ->
 
 
 def recover(env: Environment, agent: Agent, context: AgentContext, opts: ReplayOptions,
-            result: RecoveryResult) -> None:
+            result: RecoveryResult, after_turn: Callable[[], bool] | None = None) -> None:
     """Let the agent act. The budget counts actions (the paper's steps): executed ones, ones the desktop
-    refused and invalid replies; a turn that would exceed it is cut, and the result says how much."""
+    refused and invalid replies; a turn that would exceed it is cut, and the result says how much.
+    ``after_turn`` (end-to-end recovery's error detector) is asked after every turn that did not end the
+    drive; True stops it there."""
     try:
         agent.start(context)
     except AgentInfraError as exc:
@@ -58,7 +61,7 @@ def recover(env: Environment, agent: Agent, context: AgentContext, opts: ReplayO
             mine = [s for s in result.steps[before:] if s.stage == "recover"]  # not the oracle's own replay
             if mine:
                 stage.title += ": " + ", ".join(_short(s.action) for s in mine)
-        if done:
+        if done or (after_turn is not None and after_turn()):
             return
 
 

@@ -62,13 +62,17 @@ class ForwardRun:
     ground_truth: tuple[Action, ...] | None = None
     case: RecoveryCase | None = None  # for --retrace-sample, which picks cases by app x kind
     start: Start | None = None
+    recovery: str | None = None  # end-to-end: none | ideal | a recovery strategy
+    max_recoveries: int = 0  # end-to-end
 
     @property
     def id(self) -> str:
         # the task's id first, so -k TASK_ID selects its forward tests
         run = f"-run{self.run_index + 1}" if self.runs > 1 else ""
         start = f"-{self.start.id}" if self.start is not None else ""
-        return f"{self.task.id}{start}-{self.model.name}-s{self.max_steps}{run}"
+        recovery = "" if self.recovery is None else f"-{self.recovery}" + (
+            "" if self.recovery == "none" else f"-m{self.max_recoveries}")
+        return f"{self.task.id}{start}-{self.model.name}-s{self.max_steps}{recovery}{run}"
 
 
 def forward_run_of(item: Any) -> ForwardRun | None:

@@ -13,8 +13,9 @@ from pytest_retrace.results.forward import forward_rows, read_forward
 from pytest_retrace.results.records import RecordError
 from pytest_retrace.results.session import read_records
 from pytest_retrace.results.stats import summarize
+from pytest_retrace.results.endtoend import end_to_end_rows
 from pytest_retrace.results.success import success_rows
-from pytest_retrace.results.tables import format_forward, format_success, format_table
+from pytest_retrace.results.tables import format_end_to_end, format_forward, format_success, format_table
 
 
 def summary(paths: list[str], *, as_json: bool = False) -> int:
@@ -25,11 +26,13 @@ def summary(paths: list[str], *, as_json: bool = False) -> int:
     except (OSError, RecordError) as exc:
         print(f"retrace summary: {exc}", file=sys.stderr)
         return 2
-    forward, success = forward_rows(episodes), success_rows(episodes)
+    forward, success, e2e = forward_rows(episodes), success_rows(episodes), end_to_end_rows(episodes)
     if forward:  # a forward run's forward.jsonl (--retrace-experiment=forward)
         print(json.dumps([r.model_dump() for r in forward], indent=2) if as_json else format_forward(forward))
     if success:  # an ideal-recovery run's (its continuations)
         print(json.dumps([r.model_dump() for r in success], indent=2) if as_json else format_success(success))
+    if e2e:  # an end-to-end run's
+        print(json.dumps([r.model_dump() for r in e2e], indent=2) if as_json else format_end_to_end(e2e))
     if forward_files and not records:
         return 0
     stats = summarize(records)

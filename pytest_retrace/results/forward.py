@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_retrace.experiments.forward import ForwardResult
     from pytest_retrace.results.caserun import ForwardRun
 
-SCHEMA_VERSION = 2  # 2: ``start``, an ideal-recovery continuation's (a version 1 record is a plain episode)
+SCHEMA_VERSION = 2  # 2: ``start`` (ideal recovery) and ``end_to_end`` (a version 1 record is a plain episode)
 READS = (1, 2)
 
 
@@ -45,6 +45,34 @@ class Continuation(BaseModel):
     sample: int  # which of the K continuations, from 0
     samples: int  # K
     replays: int = 0  # prefix replays it took to reach the recorded screen of step R (0: R = 0, no prefix)
+
+
+class RecoveryAttempt(BaseModel):
+    """One recovery of an end-to-end episode (experiments.endtoend.Attempt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: int  # forward actions spent when the error detector fired
+    error_step: int  # E
+    step: int  # R
+    reached: bool | None  # the restore reached the recorded screen of step R (R_O)
+    ssim: float | None
+    actions: int  # the recovery agent's
+    usage: dict[str, Any] = {}
+    error_rationale: str = ""
+    recovery_rationale: str = ""
+
+
+class EndToEnd(BaseModel):
+    """An end-to-end episode's recovery setting and what happened (experiments.endtoend)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: str  # none | ideal | a recovery strategy
+    max_recoveries: int
+    recoveries: list[RecoveryAttempt] = []
+    detector_calls: int = 0
+    detector_usage: dict[str, Any] = {}
 
 
 class ForwardRecord(BaseModel):
@@ -79,6 +107,7 @@ class ForwardRecord(BaseModel):
     actions: list[Step] = []
     trajectory: str | None = None  # its directory in OSWorld's results layout, relative to the run directory
     start: Continuation | None = None  # an ideal-recovery continuation's start
+    end_to_end: EndToEnd | None = None  # an end-to-end episode's recoveries
 
     @property
     def is_error(self) -> bool:
@@ -89,9 +118,10 @@ class ForwardRecord(BaseModel):
         start = None if run.start is None else Continuation(
             episode=run.start.name, forward_model=run.start.who, condition=run.start.condition, step=run.start.step,
             error_step=run.start.error_step, sample=run.start.sample, samples=run.start.samples, replays=replays)
+        e2e = None if run.recovery is None else EndToEnd(mode=run.recovery, max_recoveries=run.max_recoveries)
         return {"nodeid": nodeid, "task": run.task.id, "domain": run.task.domain,
                 "source": run.source, "model": run.model.name, "max_steps": run.max_steps,
-                "run_index": run.run_index, "privileged": privileged, "start": start,
+                "run_index": run.run_index, "privileged": privileged, "start": start, "end_to_end": e2e,
                 "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
     @classmethod
@@ -99,8 +129,17 @@ class ForwardRecord(BaseModel):
                   trajectory: str | None = None) -> ForwardRecord:
         drive, ev, err = result.drive, result.evaluation, result.error
         replays = drive.attempts if run.start is not None and run.start.step else 0
+        what = cls._what(run, nodeid, privileged, replays)
+        if run.recovery is not None:
+            what["end_to_end"] = EndToEnd(
+                mode=run.recovery, max_recoveries=run.max_recoveries, detector_calls=result.detector_calls,
+                detector_usage=result.detector_usage.to_dict(),
+                recoveries=[RecoveryAttempt(
+                    at=a.at, error_step=a.error_step, step=a.step, reached=a.reached, ssim=a.ssim, actions=a.actions,
+                    usage=a.usage.to_dict(), error_rationale=a.decisions["error"]["rationale"],
+                    recovery_rationale=a.decisions["recovery"]["rationale"]) for a in result.recoveries])
         return cls(
-            **cls._what(run, nodeid, privileged, replays), verdict=result.verdict,  # type: ignore[arg-type]
+            **what, verdict=result.verdict,  # type: ignore[arg-type]
             score=None if err or ev is None else ev.score, evaluator_details=list(ev.details) if ev else [],
             last_action=result.last_action,
             error=Failure(stage=err.stage, kind=err.kind, message=err.message) if err else None,
@@ -162,7 +201,7 @@ def forward_rows(records: Iterable[ForwardRecord]) -> list[ForwardRow]:
     """One row per (model, max_steps), in the order models first appear. A rerun of an episode that already
     has a verdict is ignored, as for recoveries (records.dedupe). Continuations are not episodes of the task
     from its start: results.success summarises them."""
-    kept, _ = dedupe(r for r in records if r.start is None)
+    kept, _ = dedupe(r for r in records if r.start is None and r.end_to_end is None)
     groups: dict[tuple[str, int], list[ForwardRecord]] = defaultdict(list)
     for r in kept:
         groups[(r.model, r.max_steps)].append(r)

@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_retrace.results.merge import MergedReport
 from pytest_retrace.results.stats import BREAKDOWNS, Row
 from pytest_retrace.results.summary import FailedTest, RunInfo, Summary
-from pytest_retrace.results.tables import forward_cells, pad_table, success_cells, table_rows
+from pytest_retrace.results.tables import end_to_end_cells, forward_cells, pad_table, success_cells, table_rows
 
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
@@ -27,6 +27,19 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
     markdown file) as images."""
     out = [f"# {title}", ""]
     run = summary.run
+    if summary.end_to_end:  # --retrace-experiment=end-to-end: success with and without recovery
+        rows = summary.end_to_end
+        errors = sum(r.errors for r in rows)
+        out += [f"End-to-end recovery: each task solved from its initial state with the error detector asked after "
+                f"every forward step and a recovery on each detection; {errors} infrastructure error(s), excluded "
+                f"from every rate.", ""]
+        out += _md_provenance(run)
+        out += ["## Success rate with and without recovery", "", _md_table(end_to_end_cells(rows)), "",
+                "rate = the task's evaluator passed; 95% CI: Wilson score interval; Δ vs none: the rate difference "
+                "with the same model's `none` episodes on the same (task, run) pairs (how many); rescued / "
+                "derailed: pairs solved only with / only without recovery; reached s_R: restores whose screen "
+                "matched the recorded one of step R (R_O).", ""]
+        return "\n".join(out).rstrip() + "\n"
     if summary.ideal_recovery:  # --retrace-experiment=ideal-recovery: Success@K per condition
         rows = summary.ideal_recovery
         errors = sum(r.errors for r in rows if r.domain is None)

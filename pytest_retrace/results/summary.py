@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from pytest_retrace.results.endtoend import EndToEndRow, end_to_end_rows
 from pytest_retrace.results.forward import ForwardRecord, ForwardRow, forward_rows
 from pytest_retrace.results.success import SuccessRow, success_rows
 from pytest_retrace.results.records import Record, dedupe, validate_versioned
@@ -114,6 +115,7 @@ class Summary(Statistics):
     gate: GateVerdict | None = None
     forward: list[ForwardRow] = Field(default_factory=list)  # a forward run's rows (results.forward)
     ideal_recovery: list[SuccessRow] = Field(default_factory=list)  # Success@K of its continuations (results.success)
+    end_to_end: list[EndToEndRow] = Field(default_factory=list)  # end-to-end recovery's (results.endtoend)
 
     # -- copies with one more fact ---------------------------------------------------------------------
     def gated(self, verdict: GateVerdict) -> Summary:
@@ -142,7 +144,7 @@ class Summary(Statistics):
         """summary.json's object: the keys it always had. ``gate`` and ``run.saved_baseline`` appear only
         when there is one, as before."""
         out = self.model_dump(mode="json", exclude={"gate"} if self.gate is None else set())
-        for experiment in ("forward", "ideal_recovery"):
+        for experiment in ("forward", "ideal_recovery", "end_to_end"):
             if not getattr(self, experiment):
                 del out[experiment]  # a recovery run's summary.json has the keys it always had
         if self.run.saved_baseline is None:
@@ -174,11 +176,13 @@ class Summary(Statistics):
 
 def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[ForwardRecord] = ()) -> Summary:
     """The summary of a run's records (results.stats) with its ``run`` and the tests that failed; a forward
-    run's records make its ``forward`` rows, an ideal-recovery run's continuations its ``ideal_recovery`` rows."""
+    run's records make its ``forward`` rows, an ideal-recovery run's continuations its ``ideal_recovery`` rows, an
+    end-to-end run's episodes its ``end_to_end`` rows."""
     records, forward = list(records), list(forward)
     stats = summarize(records)
     return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
-                   failed=failed_tests(records), forward=forward_rows(forward), ideal_recovery=success_rows(forward))
+                   failed=failed_tests(records), forward=forward_rows(forward), ideal_recovery=success_rows(forward),
+                   end_to_end=end_to_end_rows(forward))
 
 
 def failed_tests(records: Sequence[Record]) -> list[FailedTest]:

@@ -3,6 +3,7 @@ and the cells report.py renders as markdown."""
 
 from __future__ import annotations
 
+from pytest_retrace.results.endtoend import EndToEndRow
 from pytest_retrace.results.forward import ForwardRow
 from pytest_retrace.results.success import SuccessRow
 from pytest_retrace.results.stats import Row, Statistics
@@ -118,3 +119,24 @@ def success_cells(rows: list[SuccessRow], *, domains: bool = False) -> list[list
 
 def format_success(rows: list[SuccessRow]) -> str:
     return pad_table(success_cells(rows))
+
+
+def end_to_end_cells(rows: list[EndToEndRow]) -> list[list[str]]:
+    """End-to-end recovery's rows (summary.end_to_end): success with and without recovery per (model, mode,
+    max recoveries), Δ against the same model's `none` on the same (task, run) pairs, and what the recoveries did."""
+    repeated = any(r.runs > 1 for r in rows)
+    header = ["model", "recovery", "max", "n", "solved", "rate", "95% CI", "Δ vs none", "rescued", "derailed",
+              "recoveries", "reached s_R", "errors"] + (["sd across runs"] if repeated else [])
+    out = [header]
+    for r in rows:
+        ci = "-" if r.ci_low is None or r.ci_high is None else f"{100 * r.ci_low:.1f}–{100 * r.ci_high:.1f}"
+        delta = "-" if r.delta is None else f"{100 * r.delta:+.1f} ({r.paired})"
+        cells = [r.model, r.mode, "-" if r.mode == "none" else str(r.max_recoveries), str(r.n), str(r.solved),
+                 _pct(r.rate), ci, delta, str(r.rescued), str(r.derailed), str(r.recoveries),
+                 f"{r.reached}/{r.recoveries}" if r.recoveries else "-", str(r.errors)]
+        out.append(cells + ([("-" if r.rate_sd is None else f"{100 * r.rate_sd:.1f}")] if repeated else []))
+    return out
+
+
+def format_end_to_end(rows: list[EndToEndRow]) -> str:
+    return pad_table(end_to_end_cells(rows))

@@ -69,9 +69,12 @@ def test_forward_agents_refuse_bad_options_by_field_and_a_recovery_context() -> 
         _agent("stall", wrong="os.system('rm -rf ~')")
     with pytest.raises(AgentConfigError, match=r"options\.p: Value error, a probability in 0\.\.1"):
         _agent("random-fail", p=1.5)
-    recovery = AgentContext(instruction="x", mode="recovery", strategy="implicit", budget=5, screen=(8, 8))
+    forward = AgentContext(instruction="x", mode="forward", strategy="implicit", budget=5, screen=(8, 8))
     with pytest.raises(RuntimeError, match="needs the task's ground truth"):
-        _agent("stall").start(recovery)  # type: ignore[attr-defined]
+        _agent("stall").start(forward)  # type: ignore[attr-defined]
+    # asked to recover (end-to-end's recovery agent), a scripted forward agent knows no way back: done at once
+    recovery = AgentContext(instruction="x", mode="recovery", strategy="explicit-none", budget=5, screen=(8, 8))
+    assert _play(_agent("stall"), recovery, turns=1) == [Action("done").describe()]
 
 
 def _record(model: str, task: str, verdict: str, run: int = 0, steps: int = 3) -> ForwardRecord:
