@@ -116,7 +116,10 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
             except EnvError as exc:
                 raise InfraError("reset", str(exc)) from exc
         with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):
-            run_actions(env, case.prefix, "prefix", result, history)
+            slow = _replayed(env, case.prefix, "prefix", result, history)
+        if slow:
+            problems.append(f"attempt {attempt}: {slow}")
+            continue
         with timed_stage(result, opts, "verify", "verify s_target") as stage:
             ok, problem, shot = _matches(env, target, case.masks, opts, result, "target")
             stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
@@ -126,7 +129,10 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         if not with_error:
             return
         with timed_stage(result, opts, "perturb", f"perturbation: {count(case.perturbation, 'action')}"):
-            run_actions(env, case.perturbation, "perturb", result, history)
+            slow = _replayed(env, case.perturbation, "perturb", result, history)
+        if slow:
+            problems.append(f"attempt {attempt}: {slow}")
+            continue
         with timed_stage(result, opts, "verify", "verify s_error") as stage:
             ok, problem, shot = _matches(env, error, case.masks, opts, result, "error")
             stage.screenshot = None if ok else shot
@@ -139,8 +145,26 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
     raise InfraError(
         "reconstruct",
         f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
-        kind="desync",
+        kind=_kind(problems),
     )
+
+
+def _replayed(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
+              history: list[HistoryStep] | None = None) -> str | None:
+    """Replay ground truth; a screen still changing at the settle cap is returned (another attempt may be
+    quicker: under load an app's redraw can outlast the cap once), any other failure raised."""
+    try:
+        run_actions(env, actions, stage, result, history)
+    except InfraError as exc:
+        if exc.kind != "unsettled":
+            raise
+        return f"{stage} {exc.message}"
+    return None
+
+
+def _kind(problems: list[str]) -> str:
+    """unsettled when no attempt got as far as a state check, else desync."""
+    return "unsettled" if problems and all("the settle cap" in p for p in problems) else "desync"
 
 
 
@@ -157,7 +181,10 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
             except EnvError as exc:
                 raise InfraError("reset", str(exc)) from exc
         with timed_stage(result, opts, "prefix", f"prefix: {count(prefix, 'saved action')}"):
-            run_actions(env, prefix, "prefix", result)
+            slow = _replayed(env, prefix, "prefix", result)
+        if slow:
+            problems.append(f"attempt {attempt}: {slow}")
+            continue
         with timed_stage(result, opts, "verify", f"verify the {state} state") as stage:
             ok, problem, shot = _matches(env, expected, (), opts, result, state)
             stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
@@ -165,4 +192,4 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
             return
         problems.append(f"attempt {attempt}: {problem}")
     raise InfraError("reconstruct", f"the saved prefix did not reproduce its recorded screen (tolerance "
-                                    f"{opts.verify_tolerance} px): " + "; ".join(problems), kind="desync")
+                                    f"{opts.verify_tolerance} px): " + "; ".join(problems), kind=_kind(problems))

@@ -8,6 +8,7 @@ on the module's desktop (conftest's ``env``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -81,6 +82,34 @@ class _HostKillsTheXServer:
 
     def close(self) -> None:
         pass
+
+
+class _SlowRedraws:
+    """The module's desktop, whose first ``slow`` actions report a screen still changing at the settle cap: an
+    app's redraw outlasting the cap under load (seen under docker at -n 16: GIMP, once in a run)."""
+
+    def __init__(self, env: XvfbEnvironment, slow: int) -> None:
+        self._env, self.slow = env, slow
+
+    def execute(self, action: Action) -> object:
+        settled = self._env.execute(action)
+        if self.slow > 0:
+            self.slow -= 1
+            return dataclasses.replace(settled, stable=False)
+        return settled
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._env, name)
+
+
+def test_a_ground_truth_replay_still_changing_at_the_cap_is_tried_again_before_it_is_an_error(
+        env: XvfbEnvironment) -> None:
+    assert CASE.prefix, "the case needs a ground-truth prefix"
+    once = run_case(_SlowRedraws(env, 1), CASE, ScriptAgent.of([]), OPTS)  # type: ignore[arg-type]
+    assert once.error is None and once.attempts == 2, once.error
+    never = run_case(_SlowRedraws(env, 10**6), CASE, ScriptAgent.of([]), OPTS)  # type: ignore[arg-type]
+    assert never.error is not None and never.error.kind == "unsettled" and never.attempts == 3
+    assert "attempt 3: prefix" in never.error.message and "the settle cap" in never.error.message
 
 
 def test_the_harnesss_own_x_server_dying_after_the_agent_acted_is_an_infrastructure_error(
