@@ -153,8 +153,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.experiment == "forward":
         return [f"retrace forward runs: models {models}; env {settings.env.describe()}; at most {settings.max_steps} "
                 f"steps; the tasks of the cases in {cases}"]
+    protocol = "; the paper's protocol (docs/paper.md)" if settings.protocol == "paper" else ""
     return [f"retrace: models {models}; env {settings.env.describe()}; budget r={budgets}; "
-            f"SSIM >= {settings.ssim_threshold}; cases {cases}"]
+            f"SSIM >= {settings.ssim_threshold}; cases {cases}{protocol}"]
 
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> list[str] | None:

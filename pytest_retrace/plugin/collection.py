@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_retrace.plugin.experiments import recovery_modes_of
+from pytest_retrace.plugin.experiments import left_out_by_protocol, recovery_modes_of
 from pytest_retrace.plugin.options import FORWARD_LIKE, Settings, settings_key, strategies_of
 from pytest_retrace.replay.cases import CaseError, RecoveryCase, Task, load_case
 from pytest_retrace.replay.sample import pick
@@ -35,6 +35,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         chosen = pick((run.case for run in runs.values()), settings.sample)
         _deselect(config, items, [item for item, run in runs.items() if run.case.id not in chosen])
     _deselect(config, items, _same_task(items))
+    if settings is not None and settings.protocol == "paper":  # the paper's case selection (docs/paper.md)
+        _deselect(config, items, [item for item in items if (run := case_run_of(item)) is not None
+                                  and left_out_by_protocol(settings, run.case) is not None])
     finished = config.stash.get(finished_key, frozenset())
     if not finished:
         return

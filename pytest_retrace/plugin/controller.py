@@ -112,6 +112,7 @@ class Controller:
             "ssim_threshold": settings.ssim_threshold, "exitstatus": int(exitstatus), "sample": settings.sample,
             "collection_errors": len(errors), "case_file_errors": [{"file": e.file, "error": e.error} for e in errors],
             "experiment": settings.experiment, **({"max_steps": settings.max_steps} if settings.experiment in FORWARD_LIKE else {}),
+            **({"protocol": settings.protocol} if settings.protocol != "default" else {}),
         }, root=self.config.rootpath, models=[*settings.models, *filter(None, (settings.contextualizer, settings.verifier))])
         self.pytest_session = session  # its exitstatus, final at pytest_unconfigure, goes into summary.json
         # an interrupted or broken session keeps its status: no gate, no baseline saved from it

@@ -1,6 +1,7 @@
 """The options of the experiments beyond recovery (docs/experiments.md), read into Settings' fields by
-:func:`experiment_settings`: ideal recovery's run plan, conditions and K; end-to-end recovery's modes, max
-recoveries, detectors and recovery agent. A bad value is a usage error naming the option."""
+:func:`with_experiment`: ideal recovery's run plan, conditions and K; end-to-end recovery's modes, max
+recoveries, detectors and recovery agent; and ``--retrace-protocol=paper`` (:func:`with_protocol`, docs/paper.md).
+A bad value is a usage error naming the option."""
 
 from __future__ import annotations
 
@@ -16,11 +17,46 @@ from pytest_retrace.plugin.options import Settings, model_option, paths_option, 
 
 
 def with_experiment(config: pytest.Config, settings: Settings) -> Settings:
-    """``settings`` with the fields of the experiment it runs read from their options."""
+    """``settings`` with the fields of the experiment it runs read from their options, and the protocol's."""
     agent_dirs = paths_option(config, "agents", "agents")
-    return replace(settings, plan=_plan(config, settings.experiment),
-                   samples=_positive(config, "k", str(option(config, "k"))), conditions=_conditions(config),
-                   **_end_to_end(config, settings.experiment, agent_dirs))
+    settings = replace(settings, plan=_plan(config, settings.experiment),
+                       samples=_positive(config, "k", str(option(config, "k"))), conditions=_conditions(config),
+                       **_end_to_end(config, settings.experiment, agent_dirs))
+    return with_protocol(config, settings)
+
+
+# the model adapters that keep a conversation of screenshots (agents.llm's max_screenshots)
+CONVERSING = ("anthropic", "openai", "openai-compat")
+ALL_SCREENSHOTS = 10**6
+NEAR_IDENTICAL = 0.99  # the paper drops error screens this similar to the target
+
+
+def with_protocol(config: pytest.Config, settings: Settings) -> Settings:
+    """--retrace-protocol=paper: the paper's choices (docs/paper.md rows 1-5 and 10) at once. Case selection is
+    collection's (:func:`left_out_by_protocol`), looks counted the fixture's, the shared subset the summary's;
+    here the models keep every screenshot and settling becomes the fixed 10 s window."""
+    protocol = str(option(config, "protocol"))
+    if protocol not in ("default", "paper"):
+        raise pytest.UsageError(f"--retrace-protocol: {protocol!r} is not one of default, paper")
+    if protocol == "default":
+        return settings
+    models = tuple(replace(m, options={**m.options, "max_screenshots": ALL_SCREENSHOTS}) if m.provider in CONVERSING
+                   else m for m in settings.models)
+    return replace(settings, protocol=protocol, models=models,
+                   settle=replace(settings.settle, mode="fixed", timeout=10.0))
+
+
+def left_out_by_protocol(settings: Settings, case: Any) -> str | None:
+    """Why the paper's case selection leaves this case out (None: it keeps it): the task's evaluator still
+    passes on s_error (a visual-only case), or the error screen is near-identical to the target."""
+    if settings.protocol != "paper":
+        return None
+    if case.metadata.get("kind") == "visual-only":
+        return "visual-only"
+    similar = case.metadata.get("ssim_error_vs_target")
+    if similar is not None and float(similar) >= NEAR_IDENTICAL:
+        return "near-identical error screen"
+    return None
 
 
 def _plan(config: pytest.Config, experiment: str) -> Path | None:

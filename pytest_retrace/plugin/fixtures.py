@@ -95,7 +95,7 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
     opts = ReplayOptions(budget=retrace_run.budget, strategy=retrace_run.strategy,
                          ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
                          verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier,
-                         observer=_StageHooks(request.node))
+                         observer=_StageHooks(request.node), count_looks=settings.protocol == "paper")
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     run_dir = run_dir_of(request.config)
     artifacts: dict[str, str] = {}

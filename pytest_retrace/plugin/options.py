@@ -43,6 +43,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                    "(an agent solves each task of the cases from its initial state; one test per task x model) | "
                    "ideal-recovery (K continuations from each step R of a run plan's episodes: Success@K) | "
                    "end-to-end (forward episodes with an error detector and recoveries)"),
+    "protocol": ("string", "default", "default | paper: the paper's choices where they differ from the defaults, at "
+                 "once (docs/paper.md: its case selection, full history, looks counted as steps, one shared subset "
+                 "across strategies, the fixed 10 s settle window)"),
     "plan": ("string", None, "ideal-recovery: the run plan file (retrace plan TRAJECTORIES writes it)"),
     "recovery-mode": ("args", [], "end-to-end: how a detected error is recovered, comma-separated, one test each: "
                       "none | ideal | a recovery strategy (default: none, ideal and the model's strategies)"),
@@ -124,6 +127,7 @@ class Settings:
     error_detector: ModelConfig | None = None  # end-to-end, when a mode other than none runs
     recovery_detector: ModelConfig | None = None
     recovery_agent: ModelConfig | None = None  # None: the model under test's config
+    protocol: str = "default"  # default | paper (plugin.experiments.with_protocol)
 
 
 settings_key = pytest.StashKey[Settings]()

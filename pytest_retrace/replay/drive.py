@@ -110,6 +110,11 @@ def _turn(env: Environment, agent: Agent, opts: ReplayOptions, result: RecoveryR
         result.invalid_steps += 1
         result.steps.append(StepLog("recover", {"action": "invalid"}, 0.0, turn.rationale, invalid))
         return 0, f"invalid reply: {invalid}", False
+    if not turn.actions and opts.count_looks:
+        # the paper counts a model response as a step, a look included (docs/paper.md, row 4)
+        result.actions_used += 1
+        result.steps.append(StepLog("recover", {"action": "observe"}, 0.0, turn.rationale))
+        return 0, None, False
     for i, action in enumerate(turn.actions):
         if action.terminal:
             result.steps.append(StepLog("recover", action.to_dict(), 0.0, turn.rationale))

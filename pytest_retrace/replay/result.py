@@ -67,6 +67,7 @@ class ReplayOptions:
     attempts: int = 3  # tries to reconstruct s_target and s_error before declaring an infra error
     verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
     verify_wait: float = 5.0  # seconds a reconstructed state may take to reach its recorded pixels
+    count_looks: bool = False  # a turn that only looks (screenshot, zoom) spends a step (--retrace-protocol=paper)
     contextualizer: Contextualizer | None = None  # explicit-context's summariser
     verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel
     observer: ReplayObserver | None = None  # Allure steps, progress: see plugin/fixtures.py

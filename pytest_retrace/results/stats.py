@@ -242,13 +242,16 @@ def _budget(record: Record) -> int | None:
     return record.budget
 
 
-def _common_cases(records: list[Record]) -> dict[tuple[str, int | None], set[str] | None]:
+def _common_cases(records: list[Record], across_strategies: bool = False) -> dict[tuple[str, int | None], set[str] | None]:
     """Per (strategy, budget): the cases every compared model finished without an infrastructure error
-    (None where only one model ran: nothing to compare)."""
+    (None where only one model ran: nothing to compare). ``across_strategies`` (the paper's fair-comparison
+    subset, docs/paper.md row 5): every (model, strategy) of a budget is compared, and each strategy's cell gets
+    that one set."""
     by_cell: dict[tuple[str, int | None], dict[str, dict[str, bool]]] = {}
     for r in records:
-        cell = by_cell.setdefault((_key(r, "strategy"), _budget(r)), {})
-        cases = cell.setdefault(_key(r, "model"), {})
+        cell = by_cell.setdefault(("*" if across_strategies else _key(r, "strategy"), _budget(r)), {})
+        who = f"{_key(r, 'model')} · {_key(r, 'strategy')}" if across_strategies else _key(r, "model")
+        cases = cell.setdefault(who, {})
         case = _key(r, "case")
         cases[case] = cases.get(case, True) and not r.is_error
     out: dict[tuple[str, int | None], set[str] | None] = {}
@@ -258,6 +261,9 @@ def _common_cases(records: list[Record]) -> dict[tuple[str, int | None], set[str
             continue
         sets = [{c for c, ok in cases.items() if ok} for cases in models.values()]
         out[cell] = set.intersection(*sets)
+    if across_strategies:  # the one set of a budget, under every strategy's key
+        strategies = {_key(r, "strategy") for r in records}
+        return {(s, b): shared for (_, b), shared in out.items() for s in strategies}
     return out
 
 
@@ -283,12 +289,14 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v) if isinstance(v, int) or v is None else (False, v) for v in key)
 
 
-def summarize(records: Iterable[Record]) -> Statistics:
+def summarize(records: Iterable[Record], *, shared_across_strategies: bool = False) -> Statistics:
     """The statistics of records, independent of their order: one row per (model, strategy, budget) in
     ``groups``, one per (model, strategy, budget, domain) in ``domains``, ``kinds`` and ``horizons`` likewise
     per the case's kind and horizon, all sorted; ``n_records`` / ``n_errors`` count the records left after
     duplicate nodeids are resolved (:func:`~pytest_retrace.results.records.dedupe`), ``n_ignored_reruns`` the
-    records that tried to replace a finished verdict."""
+    records that tried to replace a finished verdict. ``shared_across_strategies``: the ``common_*`` cases
+    are those every (model, strategy) of a budget finished (--retrace-protocol=paper), not every model of a
+    (strategy, budget)."""
     unique, ignored = dedupe(records)
     groups: dict[tuple[str, str, int | None], list[Record]] = {}
     cells: dict[str, dict[tuple[str, str, int | None, str], list[Record]]] = {f: {} for f in BREAKDOWNS}
@@ -297,7 +305,7 @@ def summarize(records: Iterable[Record]) -> Statistics:
         groups.setdefault((model, strategy, budget), []).append(r)
         for field in BREAKDOWNS:
             cells[field].setdefault((model, strategy, budget, _key(r, field)), []).append(r)
-    common = _common_cases(unique)
+    common = _common_cases(unique, shared_across_strategies)
 
     def breakdown(field: str) -> list[Row]:
         by = cells[field]

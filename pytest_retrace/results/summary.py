@@ -179,7 +179,7 @@ def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[For
     run's records make its ``forward`` rows, an ideal-recovery run's continuations its ``ideal_recovery`` rows, an
     end-to-end run's episodes its ``end_to_end`` rows."""
     records, forward = list(records), list(forward)
-    stats = summarize(records)
+    stats = summarize(records, shared_across_strategies=(run.model_extra or {}).get("protocol") == "paper")
     return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
                    failed=failed_tests(records), forward=forward_rows(forward), ideal_recovery=success_rows(forward),
                    end_to_end=end_to_end_rows(forward))
