@@ -29,13 +29,11 @@ from pytest_retrace.actions import Action
 from pytest_retrace.agents import Agent, AgentContext, HistoryStep, Usage
 from pytest_retrace.envs import EnvError, Environment
 from pytest_retrace.experiments.detectors import ErrorDetector, RecoveryStepDetector
-from pytest_retrace.experiments.forward import ForwardResult, Recording
+from pytest_retrace.experiments.forward import ForwardResult, Recording, judge_stage, reset_stage, timed_episode
 from pytest_retrace.replay.cases import Task
 from pytest_retrace.replay.drive import recover
-from pytest_retrace.replay.judge import reset
 from pytest_retrace.replay.reconstruct import replay_to
 from pytest_retrace.replay.result import InfraError, RecoveryResult, ReplayObserver, ReplayOptions, timed_stage
-from pytest_retrace.replay.scoring import judge_left
 from pytest_retrace.replay.strategies import STRATEGIES, Contextualizer, build_context
 from pytest_retrace.screen.similarity import ssim
 
@@ -90,30 +88,16 @@ def run_end_to_end(env: Environment, task: Task, task_dir: Path, agent: Agent, r
                    max_steps: int, ground_truth: list[Action] | None = None,
                    observer: ReplayObserver | None = None) -> ForwardResult:
     """One episode with recoveries. Never raises for infrastructure failures: they land in ``result.error``."""
-    import time
-
     opts = ReplayOptions(budget=max_steps, observer=observer, attempts=recovery.attempts)
-    drive = RecoveryResult(task.id, 0.0, budget=max_steps)
-    result = ForwardResult(task.id, max_steps, drive)
-    start = time.monotonic()
-    try:
-        _run(env, task, task_dir, agent, recovery, ground_truth, opts, result)
-    except InfraError as exc:
-        result.error = exc
-    finally:
-        drive.timings["total"] = round(time.monotonic() - start, 4)
-    return result
+    return timed_episode(task.id, max_steps, opts,
+                         lambda result: _run(env, task, task_dir, agent, recovery, ground_truth, opts, result))
 
 
 def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, recovery: Recovery,
          ground_truth: list[Action] | None, opts: ReplayOptions, result: ForwardResult) -> None:
     drive = result.drive
-    with timed_stage(drive, opts, "reset", "reset"):
-        try:
-            reset(env, task, task_dir)
-            result.initial = env.screenshot()
-        except EnvError as exc:
-            raise InfraError("reset", str(exc)) from exc
+    reset_stage(env, task, task_dir, opts, result)
+    assert result.initial is not None
     episode = Episode([], [result.initial])
     recording = Recording(env, result.frames)
     note, frozen_until = None, 0
@@ -147,10 +131,7 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, recovery: R
         del episode.steps[attempt.step:], episode.screens[attempt.step + 1:]
         note, frozen_until = NOTE.format(step=attempt.step), drive.actions_used + FREEZE
     _read_steps(drive, result.frames, episode)
-    ends = [s.action["action"] for s in drive.steps if s.action.get("action") in ("done", "fail")]
-    result.last_action = ends[-1].upper() if ends else None
-    with timed_stage(drive, opts, "evaluate", "Φ: the task's evaluator") as stage:
-        result.evaluation = judge_left(env, task, task_dir, stage, "Φ", last_action=result.last_action)
+    judge_stage(env, task, task_dir, opts, result)
 
 
 def _read_steps(drive: RecoveryResult, frames: list[np.ndarray], episode: Episode) -> None:

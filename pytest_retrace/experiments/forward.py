@@ -17,6 +17,7 @@ scored. The screen after every executed action is kept (the trajectory's observa
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,16 +111,42 @@ def run_forward(env: Environment, task: Task, task_dir: Path, agent: Agent, *, m
     # a resumed episode has what the saved one had left: never longer than a fresh one
     budget = max(1, max_steps - (resume.step if resume else 0))
     opts = ReplayOptions(budget=budget, observer=observer, attempts=attempts)
-    drive = RecoveryResult(task.id, 0.0, budget=budget)
-    result = ForwardResult(task.id, max_steps, drive)
+    return timed_episode(task.id, max_steps, opts,
+                         lambda result: _run(env, task, task_dir, agent, ground_truth, opts, result, resume))
+
+
+def timed_episode(task_id: str, max_steps: int, opts: ReplayOptions,
+                  body: Callable[[ForwardResult], None]) -> ForwardResult:
+    """An episode's result, ``body`` filling it: an infrastructure error lands in ``result.error``, the total
+    time in its timings (forward runs, continuations and end-to-end episodes alike)."""
+    drive = RecoveryResult(task_id, 0.0, budget=opts.budget)
+    result = ForwardResult(task_id, max_steps, drive)
     start = time.monotonic()
     try:
-        _run(env, task, task_dir, agent, ground_truth, opts, result, resume)
+        body(result)
     except InfraError as exc:
         result.error = exc
     finally:
         drive.timings["total"] = round(time.monotonic() - start, 4)
     return result
+
+
+def reset_stage(env: Environment, task: Task, task_dir: Path, opts: ReplayOptions, result: ForwardResult) -> None:
+    """The task's reset, and the screen the agent starts from. Nothing has acted yet: a failure is the harness's."""
+    with timed_stage(result.drive, opts, "reset", "reset"):
+        try:
+            reset(env, task, task_dir)
+            result.initial = env.screenshot()
+        except EnvError as exc:
+            raise InfraError("reset", str(exc)) from exc
+
+
+def judge_stage(env: Environment, task: Task, task_dir: Path, opts: ReplayOptions, result: ForwardResult) -> None:
+    """How the agent ended the episode (DONE / FAIL, if it said so), then Φ on what it left."""
+    ends = [s.action["action"] for s in result.drive.steps if s.action.get("action") in ("done", "fail")]
+    result.last_action = ends[-1].upper() if ends else None
+    with timed_stage(result.drive, opts, "evaluate", "Φ: the task's evaluator") as stage:
+        result.evaluation = judge_left(env, task, task_dir, stage, "Φ", last_action=result.last_action)
 
 
 def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, ground_truth: list[Action] | None,
@@ -134,19 +161,11 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, ground_trut
         drive.steps.clear()  # the replayed prefix is the saved episode's, not this one's
         result.initial = env.screenshot()
     else:
-        with timed_stage(drive, opts, "reset", "reset"):
-            try:
-                reset(env, task, task_dir)
-                result.initial = env.screenshot()
-            except EnvError as exc:  # nothing has acted yet: the harness's
-                raise InfraError("reset", str(exc)) from exc
+        reset_stage(env, task, task_dir, opts, result)
     context = AgentContext(instruction=task.instruction, mode="forward", strategy="implicit", budget=opts.budget,
                            screen=tuple(env.size), ground_truth=list(ground_truth or []) if agent.privileged else None,
                            history=list(resume.history) if resume else [], sample=resume.sample if resume else 0)
     with timed_stage(drive, opts, "recover", f"forward: {agent.name}, at most {opts.budget} steps") as stage:
         recover(Recording(env, result.frames), agent, context, opts, drive)  # type: ignore[arg-type]
         stage.title += f" ({drive.actions_used} used)"
-    ends = [s.action["action"] for s in drive.steps if s.action.get("action") in ("done", "fail")]
-    result.last_action = ends[-1].upper() if ends else None
-    with timed_stage(drive, opts, "evaluate", "Φ: the task's evaluator") as stage:
-        result.evaluation = judge_left(env, task, task_dir, stage, "Φ", last_action=result.last_action)
+    judge_stage(env, task, task_dir, opts, result)

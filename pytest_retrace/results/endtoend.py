@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_retrace.results.forward import ForwardRecord
+from pytest_retrace.results.forward import ForwardRecord, error_kinds
 from pytest_retrace.results.intervals import wilson_interval
 from pytest_retrace.results.records import dedupe
 
@@ -74,10 +74,6 @@ def _row(key: tuple[str, str, int], group: list[ForwardRecord], baseline: dict[t
     pairs = [(baseline[(r.task, r.run_index)], r.verdict == "solved") for r in counted
              if (r.task, r.run_index) in baseline]
     attempts = [a for r in counted for a in (r.end_to_end.recoveries if r.end_to_end else [])]
-    kinds: dict[str, int] = defaultdict(int)
-    for r in group:
-        if r.error is not None:
-            kinds[f"{r.error.stage}/{r.error.kind}"] += 1
     return EndToEndRow(
         model=model, mode=mode, max_recoveries=most, n=len(counted), solved=len(solved),
         rate=round(len(solved) / len(counted), 6) if counted else None,
@@ -90,4 +86,4 @@ def _row(key: tuple[str, str, int], group: list[ForwardRecord], baseline: dict[t
         derailed=sum(a and not b for a, b in pairs) if mode != "none" else 0,
         recoveries=len(attempts), reached=sum(bool(a.reached) for a in attempts),
         episodes_recovered=sum(bool(r.end_to_end and r.end_to_end.recoveries) for r in counted),
-        error_kinds=dict(sorted(kinds.items())))
+        error_kinds=error_kinds(group))

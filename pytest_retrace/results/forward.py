@@ -214,10 +214,6 @@ def forward_rows(records: Iterable[ForwardRecord]) -> list[ForwardRow]:
         for r in counted:
             by_run[r.run_index].append(r.verdict == "solved")
         rates = [sum(v) / len(v) for v in by_run.values()]
-        kinds: dict[str, int] = defaultdict(int)
-        for r in group:
-            if r.error is not None:
-                kinds[f"{r.error.stage}/{r.error.kind}"] += 1
         rows.append(ForwardRow(
             model=model, max_steps=max_steps, n=len(counted), solved=len(solved),
             rate=round(len(solved) / len(counted), 6) if counted else None,
@@ -225,5 +221,14 @@ def forward_rows(records: Iterable[ForwardRecord]) -> list[ForwardRow]:
             errors=len(group) - len(counted), tasks=len({r.task for r in group}),
             mean_steps=round(statistics.mean(r.steps_used for r in solved), 3) if solved else None,
             runs=len(by_run), rate_sd=round(statistics.stdev(rates), 6) if len(rates) > 1 else None,
-            error_kinds=dict(sorted(kinds.items()))))
+            error_kinds=error_kinds(group)))
     return rows
+
+
+def error_kinds(records: Iterable[ForwardRecord]) -> dict[str, int]:
+    """How many of ``records`` are infrastructure errors, per ``stage/kind``, sorted: every row's error_kinds."""
+    kinds: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r.error is not None:
+            kinds[f"{r.error.stage}/{r.error.kind}"] += 1
+    return dict(sorted(kinds.items()))

@@ -19,7 +19,7 @@ from math import comb
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_retrace.results.forward import ForwardRecord
+from pytest_retrace.results.forward import ForwardRecord, error_kinds
 from pytest_retrace.results.records import dedupe
 
 CONFIDENCE = 0.95
@@ -109,14 +109,10 @@ def _row(key: tuple[str, str, str | None], group: list[ForwardRecord]) -> Succes
             cells = (round(float(np.mean(values)), 6), round(lo, 6), round(hi, 6))
         for column, cell in zip((success, low, high), cells):
             column.append(cell)
-    kinds: dict[str, int] = defaultdict(int)
-    for r in group:
-        if r.error is not None:
-            kinds[f"{r.error.stage}/{r.error.kind}"] += 1
     steps = [rs[0].start.step for rs in by_instance.values() if rs[0].start is not None]
     return SuccessRow(
         model=model, condition=condition, domain=domain, samples=samples, instances=len(reached),
         excluded=len(by_instance) - len(reached), continuations=sum(map(len, reached.values())),
         solved=sum(r.verdict == "solved" for rs in reached.values() for r in rs),
         errors=sum(r.is_error for r in group), mean_step=round(float(np.mean(steps)), 3) if steps else None,
-        success=success, ci_low=low, ci_high=high, counted=at, error_kinds=dict(sorted(kinds.items())))
+        success=success, ci_low=low, ci_high=high, counted=at, error_kinds=error_kinds(group))
