@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_retrace"
 # line are siblings and must not import each other.
 LAYERS = [
     ["cli", "testing"],
-    ["plugin"],
+    ["plugin", "validation"],
     ["results", "dataset"],
     ["experiments"],
     ["replay"],

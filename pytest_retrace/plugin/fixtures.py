@@ -99,7 +99,7 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     run_dir = run_dir_of(request.config)
     artifacts: dict[str, str] = {}
-    if run_dir is not None and result.error is None and not result.recovered:
+    if run_dir is not None and result.error is None and (settings.keep_screens or not result.recovered):
         artifacts = {p.stem: str(p.relative_to(run_dir)) for p in save_artifacts(run_dir, request.node.nodeid, result)}
     record = request.node.stash[record_key] = Record.of_result(
         retrace_run, result, nodeid=request.node.nodeid, privileged=retrace_agent.privileged, artifacts=artifacts)

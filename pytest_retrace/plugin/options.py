@@ -128,6 +128,7 @@ class Settings:
     recovery_detector: ModelConfig | None = None
     recovery_agent: ModelConfig | None = None  # None: the model under test's config
     protocol: str = "default"  # default | paper (plugin.experiments.with_protocol)
+    keep_screens: bool = False  # the recovered screen of every finished test, for the judge and people (validation)
 
 
 settings_key = pytest.StashKey[Settings]()
@@ -148,6 +149,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="CI gate with --retrace-baseline: also fail on a group with too few shared cases "
                          "for McNemar's exact test to ever reach p < 0.05 (fewer than 6), or not in the baseline")
     parser.addini("retrace_gate_strict", "as --retrace-gate-strict", type="bool", default=False)
+    group.addoption("--retrace-keep-screens", dest="retrace_keep_screens", action="store_true", default=None,
+                    help="keep the recovered screen (and its diff) of every finished test, not only of a failed "
+                         "one: what `retrace judge` and `retrace annotate` show")
+    parser.addini("retrace_keep_screens", "as --retrace-keep-screens", type="bool", default=False)
     for name, (kind, default, help_) in OPTIONS.items():
         dest = "retrace_" + name.replace("-", "_")
         if kind == "args" or kind == "paths":
@@ -258,6 +263,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
         experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
+        keep_screens=bool(option(config, "keep-screens")),
     )
 
 
