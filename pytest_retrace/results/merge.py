@@ -27,6 +27,7 @@ from pytest_retrace.results import rundir
 from pytest_retrace.results.compare import PairedDiff, RunDiff, comparisons, run_comparisons
 from pytest_retrace.results.records import Record, RecordError, dedupe
 from pytest_retrace.results.session import read_records
+from pytest_retrace.results.sets import EvaluationSet, SetRow, evaluation_sets
 from pytest_retrace.results.stats import BREAKDOWNS, Row, Statistics, summarize
 
 
@@ -53,13 +54,18 @@ class MergedReport:
     comparisons: list[PairedDiff]
     warnings: list[str]
     run_comparisons: list[RunDiff] = _field(default_factory=list)
+    # the runs' evaluation sets when they cover more than one, and each cell's rate per set (results.sets)
+    sets: list[EvaluationSet] = _field(default_factory=list)
+    set_rows: list[SetRow] = _field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON (``retrace report --json``)."""
         return {"runs": [{"label": r.label, "path": str(r.path), "summary": r.summary.to_dict()} for r in self.runs],
                 "units": self.units, "merged": self.summary.to_dict(),
                 "comparisons": [c.to_dict() for c in self.comparisons],
-                "run_comparisons": [c.to_dict() for c in self.run_comparisons], "warnings": self.warnings}
+                "run_comparisons": [c.to_dict() for c in self.run_comparisons], "warnings": self.warnings,
+                "sets": [s.model_dump(mode="json") for s in self.sets],
+                "set_rows": [r.model_dump(mode="json") for r in self.set_rows]}
 
 
 def find_run(run: str | Path, report_dir: Path | None = None) -> Path:
@@ -121,8 +127,9 @@ def merge_runs(run_dirs: Sequence[str | Path], report_dir: Path | None = None) -
         pooled += [r.model_copy(update={"nodeid": f"{i}|{r.nodeid}", "run_index": unit_of[r.run_index]})
                    for r in records]
     summary = _with_per_run(summarize(pooled), pooled, len(units))
+    sets, set_rows = evaluation_sets(labels, per_run)
     return MergedReport(runs, units, summary, comparisons(per_run), warnings,
-                        run_comparisons(per_run, [r.label for r in runs]))
+                        run_comparisons(per_run, [r.label for r in runs]), sets, set_rows)
 
 
 def _run_meta(results: Path) -> dict[str, Any]:

@@ -7,29 +7,27 @@ from the markdown), PDF and SVG (vector, for a paper):
 - ``domains``, ``kinds``, ``horizons``: the rate per domain / kind of mistake / horizon, grouped bars;
 - ``criteria``: what each model × strategy (× budget) scored on the two criteria, stacked: recovered
   (R_O ∧ R_TC), R_O only (the screen is back, the task state is not), R_TC only, neither;
-- ``success_at_k``, an ideal-recovery run's only figure (the paper's Figure 3): Success@K against K, one line
-  per recovery step condition, its 95 % bootstrap band shaded; a panel per model.
+- the paper's figures (results.paper_figures): ``best_explicit`` (Figure 7) beside these; ``success_at_k``
+  (Figure 3) and ``end_to_end`` (Figure 8) instead of them, in an ideal-recovery and an end-to-end run.
 
 Error bars are the 95 % Wilson interval of a single run, and the sample sd of the per-run rates around their
 mean where a group spans several runs (``--retrace-runs K`` or merged run directories) — the interval of
 pooled repeats of the same cases would claim a precision the runs do not have. Each title says which.
 
-matplotlib is imported only when a figure is drawn, and never through pyplot: a ``Figure`` rendered by Agg
-needs no display and does not switch the backend of a process that imported this module (a notebook, a
-pytest session with plots of its own). The figures are deterministic for the same data and matplotlib
-version: matplotlib's default style rather than the user's matplotlibrc, fixed sizes and dpi, no
-"Software" / "Creator" / date metadata, and a fixed salt for the SVG's element ids.
+Sizes, formats and the deterministic style are results.plotkit's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.replay.cases import KINDS
+from pytest_retrace.results import paper_figures
+from pytest_retrace.results.best import best_explicit_rows
+from pytest_retrace.results.plotkit import figure, percent_axis, write_figures
 from pytest_retrace.results.stats import HORIZON_ORDER, Row, Statistics, summarize
 
 if TYPE_CHECKING:
@@ -39,89 +37,41 @@ if TYPE_CHECKING:
     from pytest_retrace.results.records import Record
 
 PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png")
-IDEAL_PLOTS: tuple[str, ...] = ("success_at_k.png",)  # an ideal-recovery run's, instead of PLOTS
-FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")  # every figure in each; PLOTS names the PNG
-_METADATA: dict[str, dict[str, Any]] = {  # what would make two drawings of the same data differ
-    ".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
-    ".svg": {"Creator": None, "Date": None},
-}
-DPI = 120
-_HEIGHT = 4.8  # inches; widths grow with the number of bars, within bounds
-
-
-class PlotError(RuntimeError):
-    """A figure could not be written; the message names the file."""
-
-
+BEST_PLOTS: tuple[str, ...] = ("best_explicit.png",)  # a recovery run's where an explicit strategy ran (Figure 7)
+IDEAL_PLOTS: tuple[str, ...] = ("success_at_k.png",)  # an ideal-recovery run's, instead of PLOTS (Figure 3)
+END_TO_END_PLOTS: tuple[str, ...] = ("end_to_end.png",)  # an end-to-end run's, instead of PLOTS (Figure 8)
+ALL_PLOTS: tuple[str, ...] = PLOTS + BEST_PLOTS + IDEAL_PLOTS + END_TO_END_PLOTS
 Point = tuple[float, float, float]  # value, error below, error above (percent)
 
 
 def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
                 errors: list[str] | None = None) -> list[Path]:
-    """Write the figures of :data:`PLOTS` (an ideal-recovery run's: :data:`IDEAL_PLOTS`) into ``out_dir``, each in every one of :data:`FORMATS`, from a
-    summary (results.summary.Summary, a merged report's statistics) or from records (summarised here); returns the PNG of each figure written (its PDF
-    and SVG lie beside it). ``budget.png`` is drawn only when the summary has more than one budget. A figure
-    that fails raises :class:`PlotError` naming its file — or, when ``errors`` is given, is recorded there and
-    the other figures are still written. A figure not drawn this time has its files from an earlier call
-    removed, so that nothing links a stale picture."""
+    """Write a run's figures into ``out_dir``, each in every one of plotkit.FORMATS, from a summary
+    (results.summary.Summary, a merged report's statistics) or from records (summarised here); returns the PNG of
+    each figure written (its PDF and SVG lie beside it). A recovery run's are :data:`PLOTS` (``budget.png`` only
+    with more than one budget) and, where an explicit strategy ran, ``best_explicit.png``; an ideal-recovery run's
+    :data:`IDEAL_PLOTS`, an end-to-end run's :data:`END_TO_END_PLOTS` instead. A figure that fails raises
+    plotkit.PlotError naming its file — or, when ``errors`` is given, is recorded there and the other figures are
+    still written. A figure not drawn this time has its files from an earlier call removed, so that nothing links
+    a stale picture."""
     summary = data if isinstance(data, Statistics) else summarize(list(data))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    draw: dict[str, Callable[[Statistics], Figure]] = {
+    figures: dict[str, Callable[[Statistics], Figure]] = {
         "rates.png": _rates, "budget.png": _budget, "criteria.png": _criteria,
         "domains.png": lambda s: _breakdown(s, "domain", (), "Recovery rate by domain"),
         "kinds.png": lambda s: _breakdown(s, "kind", KINDS, "Recovery rate by kind of mistake"),
         "horizons.png": lambda s: _breakdown(s, "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
-        "success_at_k.png": _success,
+        "best_explicit.png": paper_figures.best_explicit, "success_at_k.png": paper_figures.success_at_k,
+        "end_to_end.png": paper_figures.end_to_end,
     }
+    draw = {name: figures[name] for name in ALL_PLOTS}  # written (and returned) in this order
     if getattr(summary, "ideal_recovery", None):  # an ideal-recovery run has no recovery rates to draw
-        skip = set(PLOTS)
+        keep = set(IDEAL_PLOTS)
+    elif getattr(summary, "end_to_end", None):  # nor has an end-to-end run
+        keep = set(END_TO_END_PLOTS)
     else:
-        skip = set(IDEAL_PLOTS) | (set() if len(_budgets(summary)) > 1 else {"budget.png"})
-    written = []
-    for name in PLOTS + IDEAL_PLOTS:
-        path = out_dir / name
-        files = [path.with_suffix(suffix) for suffix in FORMATS]
-        if name in skip:
-            _remove(files)
-            continue
-        try:
-            with _style():
-                fig = draw[name](summary)
-                for file in files:
-                    fig.savefig(file, dpi=DPI, metadata=_METADATA[file.suffix], facecolor="white")
-        except Exception as exc:  # any failure of one figure is reported with its file
-            _remove(files)
-            message = f"{path}: {type(exc).__name__}: {exc}"
-            if errors is None:
-                raise PlotError(message) from exc
-            errors.append(message)
-        else:
-            written.append(path)
-    return written
-
-
-def _remove(files: list[Path]) -> None:
-    for file in files:
-        if file.is_file():
-            file.unlink()
-
-
-@contextlib.contextmanager
-def _style() -> Iterator[None]:
-    import matplotlib.style
-
-    # not the user's matplotlibrc: the same data, the same files (the SVG's ids are salted hashes)
-    with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "pytest-retrace"}):
-        yield
-
-
-def _figure(width: float, panels: int = 1) -> tuple[Figure, list[Axes]]:
-    from matplotlib.figure import Figure
-
-    height = _HEIGHT if panels == 1 else min(2.2 + 2.6 * panels, 14.0)
-    fig = Figure(figsize=(min(max(width, 6.0), 16.0), height), dpi=DPI, layout="constrained")
-    axes = fig.subplots(panels, 1, squeeze=False, sharex=True)
-    return fig, [row[0] for row in axes]
+        keep = set(PLOTS) - (set() if len(_budgets(summary)) > 1 else {"budget.png"})
+        keep |= set(BEST_PLOTS) if best_explicit_rows(summary) else set()
+    return write_figures(summary, out_dir, draw, set(draw) - keep, errors)
 
 
 class _Colours:
@@ -174,17 +124,9 @@ def _empty(fig: Figure, ax: Axes, title: str) -> Figure:
     return fig
 
 
-def _percent_axis(ax: Axes, top: float = 118.0, bottom: float = 0.0) -> None:
-    ax.set_ylim(bottom, top)
-    ax.set_yticks(range(0, 101, 20))
-    ax.set_ylabel("recovery rate (%)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-
-
 def _rates(summary: Statistics) -> Figure:
     groups = summary.groups
-    fig, [ax] = _figure(1.3 * len(groups) + 2)
+    fig, [ax] = figure(1.3 * len(groups) + 2)
     title = "Recovery rate per model × strategy"
     if not groups:
         return _empty(fig, ax, title)
@@ -204,14 +146,14 @@ def _rates(summary: Statistics) -> Figure:
     labels = _labels(groups, several)
     ax.set_xticks(range(len(groups)), labels, fontsize=9)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    _percent_axis(ax)
+    percent_axis(ax)
     ax.set_title(f"{title}\n({_error_bars(groups)})", fontsize=11)
     return fig
 
 
 def _budget(summary: Statistics) -> Figure:
     groups = summary.groups
-    fig, [ax] = _figure(8.0)
+    fig, [ax] = figure(8.0)
     title = "Recovery rate vs recovery budget r"
     lines: dict[tuple[str, str], list[tuple[int, Point]]] = {}
     for g in groups:
@@ -240,7 +182,7 @@ def _budget(summary: Statistics) -> Figure:
     if len(budgets) == 1:
         ax.set_xlim(budgets[0] - 1, budgets[0] + 1)
     ax.set_xlabel("recovery budget r (actions)")
-    _percent_axis(ax, 105.0, -4.0)  # below 0 so that a marker at 0% is not cut in half
+    percent_axis(ax, 105.0, -4.0)  # below 0 so that a marker at 0% is not cut in half
     ax.set_title(f"{title}\n({_error_bars(groups)})", fontsize=11)
     fig.legend(loc="outside lower center", ncols=min(len(lines), 4), fontsize=9, frameon=False)
     return fig
@@ -260,7 +202,7 @@ def _breakdown(summary: Statistics, field: str, order: tuple[str, ...], title: s
     colour = _Colours(summary)
     series = colour.pairs
     budgets = _budgets(summary)
-    fig, axes = _figure(1.1 * len(categories) * max(len(series), 2) / 2 + 3, max(len(budgets), 1))
+    fig, axes = figure(1.1 * len(categories) * max(len(series), 2) / 2 + 3, max(len(budgets), 1))
     if not rows:
         return _empty(fig, axes[0], title)
     cells = {(r.model, r.strategy, r.budget, r.category(field)): r for r in rows}
@@ -286,7 +228,7 @@ def _breakdown(summary: Statistics, field: str, order: tuple[str, ...], title: s
             if annotate:
                 for x, v, up, n in zip(xs, values, above, ns):
                     ax.text(x, v + up + 1.5, f"{v:.0f}%\nn={n}", ha="center", va="bottom", fontsize=7)
-        _percent_axis(ax)
+        percent_axis(ax)
         if len(budgets) > 1:
             ax.set_title(f"r = {budget}", fontsize=10, loc="left")
     axes[-1].set_xticks(range(len(categories)), [c or "unknown" for c in categories], fontsize=10)
@@ -316,7 +258,7 @@ def _criteria(summary: Statistics) -> Figure:
     """R_O against R_TC: the share of finished tests in each of the four outcomes, per group (pooled over
     runs: a share of trials, no interval)."""
     groups = [g for g in summary.groups if g.n]
-    fig, [ax] = _figure(1.3 * len(groups) + 2)
+    fig, [ax] = figure(1.3 * len(groups) + 2)
     title = "R_O vs R_TC per model × strategy"
     if not groups:
         return _empty(fig, ax, title)
@@ -334,36 +276,10 @@ def _criteria(summary: Statistics) -> Figure:
         ax.text(i, 101.5, f"n={g.n}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(groups)), _labels(groups, several), fontsize=9)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    _percent_axis(ax, 110.0)
+    percent_axis(ax, 110.0)
     ax.set_ylabel("share of finished tests (%)")
     ax.set_title(f"{title}\n(recovered = both criteria; the others fail one or both)", fontsize=11)
     fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     return fig
 
 
-def _success(summary: Any) -> Figure:
-    rows = [r for r in summary.ideal_recovery if r.domain is None]
-    models = list(dict.fromkeys(r.model for r in rows))
-    fig, axes = _figure(7.0, len(models))
-    import matplotlib
-
-    colours = matplotlib.colormaps["tab10"]
-    conditions = list(dict.fromkeys(r.condition for r in rows))
-    for ax, model in zip(axes, models):
-        for row in (r for r in rows if r.model == model):
-            ks = [k + 1 for k, v in enumerate(row.success) if v is not None]
-            if not ks:
-                continue
-            values = [100 * row.success[k - 1] for k in ks]
-            colour = colours(conditions.index(row.condition) % colours.N)
-            ax.plot(ks, values, marker="o", color=colour, label=f"R = {row.condition} ({row.instances} inst.)")
-            ax.fill_between(ks, [100 * row.ci_low[k - 1] for k in ks], [100 * row.ci_high[k - 1] for k in ks],
-                            color=colour, alpha=0.15, linewidth=0)
-        ax.set_title(f"Success@K under ideal recovery: {model}\n(95 % percentile bootstrap over instances)",
-                     fontsize=11)
-        ax.set_xlabel("K (continuations)")
-        ax.set_xticks(range(1, max((r.samples for r in rows), default=1) + 1))
-        _percent_axis(ax, top=105.0)
-        ax.set_ylabel("Success@K (%)")
-        ax.legend(fontsize=8, loc="lower right")
-    return fig

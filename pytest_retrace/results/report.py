@@ -9,16 +9,29 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_retrace.results.best import best_explicit_rows
 from pytest_retrace.results.merge import MergedReport
 from pytest_retrace.results.stats import BREAKDOWNS, Row
 from pytest_retrace.results.summary import FailedTest, RunInfo, Summary
-from pytest_retrace.results.tables import end_to_end_cells, forward_cells, pad_table, success_cells, table_rows
+from pytest_retrace.results.tables import (
+    best_cells,
+    end_to_end_cells,
+    forward_cells,
+    pad_table,
+    set_cells,
+    success_cells,
+    table_rows,
+)
 
 _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By horizon"}
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
 _TEXT_COLUMNS = {"model", "strategy", "domain", "kind", "horizon", "A", "B", "pairing", "success@k", "per run",
                  "runs: mean ± sd", "95% CI", "shared (n)", "before", "after", "test", "verdict", "artifacts",
-                 "what", ""}
+                 "what", "best explicit", "basis", ""}
+_BEST = ("the explicit strategy with the highest rate per model (the paper's Figure 7; its figure is the long "
+         "horizon), over the strategies that finished a test (of); basis shared: on the cases every compared "
+         "model (under --retrace-protocol=paper: every model and strategy) finished, else all; implicit: the same "
+         "model's implicit rate on that basis. A maximum over several rates is biased upwards")
 
 # -- summary.md of one run ---------------------------------------------------------------------------
 def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> str:
@@ -87,6 +100,9 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
     for by in BREAKDOWNS:
         if summary.rows(by):
             out += [f"## {_TITLES[by]}", "", _md_table(table_rows(summary, by=by)), ""]
+    best = best_explicit_rows(summary)
+    if best:
+        out += ["## Best explicit strategy per model", "", _md_table(best_cells(best)), "", _BEST[0].upper() + _BEST[1:] + ".", ""]
     if summary.error_kinds:
         out += ["## Infrastructure errors", "", *(f"- {kind}: {n}" for kind, n in summary.error_kinds.items()), ""]
     out += _md_failed(summary.failed)
@@ -250,6 +266,14 @@ def _sections(merged: MergedReport) -> list[tuple[str, list[list[str]] | None, s
     for by in BREAKDOWNS:
         if merged.summary.rows(by):
             out.append((_TITLES[by], merged_rows(merged, by), ""))
+    best = best_explicit_rows(merged.summary)
+    if best:
+        out.append(("Best explicit strategy per model", best_cells(best), _BEST))
+    if merged.sets:
+        runs = "; ".join(f"{s.label}: {s.cases} cases, {', '.join(s.runs)}" for s in merged.sets)
+        out.append(("Per evaluation set", set_cells(merged.sets, merged.set_rows),
+                    f"the runs cover {len(merged.sets)} different case sets ({runs}); each set's rate pools its "
+                    f"runs, infrastructure errors excluded; mean ± sample sd over the sets, as the paper's Table 8"))
     out.append(("Model comparison (paired)", comparison_rows(merged) if merged.comparisons else None,
                 _PAIRED if merged.comparisons else "no two models share a strategy and budget: nothing to pair"))
     if merged.run_comparisons:

@@ -3,10 +3,12 @@ and the cells report.py renders as markdown."""
 
 from __future__ import annotations
 
+from pytest_retrace.results.best import BestExplicitRow
 from pytest_retrace.results.endtoend import EndToEndRow
 from pytest_retrace.results.forward import ForwardRow
-from pytest_retrace.results.success import SuccessRow
+from pytest_retrace.results.sets import EvaluationSet, SetRow
 from pytest_retrace.results.stats import Row, Statistics
+from pytest_retrace.results.success import SuccessRow
 
 
 def _spread(g: Row) -> str:
@@ -140,3 +142,24 @@ def end_to_end_cells(rows: list[EndToEndRow]) -> list[list[str]]:
 
 def format_end_to_end(rows: list[EndToEndRow]) -> str:
     return pad_table(end_to_end_cells(rows))
+
+
+def best_cells(rows: list[BestExplicitRow]) -> list[list[str]]:
+    """The best explicit strategy per (model, budget, horizon) (results.best, the paper's Figure 7) beside the
+    model's implicit rate on the same cases."""
+    out = [["model", "r", "horizon", "best explicit", "rate", "95% CI", "n", "of", "implicit", "basis"]]
+    for r in rows:
+        out.append([r.model, "-" if r.budget is None else str(r.budget), "all" if r.horizon is None else r.horizon or "-", r.strategy,
+                    _pct(r.rate), f"{100 * r.ci_low:.1f}–{100 * r.ci_high:.1f}", str(r.n), str(len(r.compared)),
+                    "-" if r.implicit_rate is None else f"{_pct(r.implicit_rate)} ({r.implicit_n})", r.basis])
+    return out
+
+
+def set_cells(sets: list[EvaluationSet], rows: list[SetRow]) -> list[list[str]]:
+    """Each cell's rate on each evaluation set (results.sets, the paper's Table 8) and their mean ± sd."""
+    out = [["model", "strategy", "r", *(f"{s.label} (n)" for s in sets), "mean ± sd over sets"]]
+    for r in rows:
+        spread = "-" if r.mean is None else f"{_pct(r.mean)} ± {'-' if r.sd is None else f'{100 * r.sd:.1f}'}"
+        out.append([r.model, r.strategy, str(r.budget),
+                    *(f"{_pct(x)} ({n})" for x, n in zip(r.rates, r.n)), spread])
+    return out

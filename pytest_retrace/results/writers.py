@@ -85,11 +85,11 @@ class SummaryMarkdown:
 
     @pytest.hookimpl(trylast=True)
     def pytest_retrace_summary(self, summary: Summary, run_dir: str, config: pytest.Config) -> None:
-        from pytest_retrace.results.plots import IDEAL_PLOTS, PLOTS
+        from pytest_retrace.results.plots import ALL_PLOTS
         from pytest_retrace.results.report import render_markdown
 
         path = rundir.summary_md(Path(run_dir))
-        plots = [f"{rundir.PLOTS}/{name}" for name in PLOTS + IDEAL_PLOTS
+        plots = [f"{rundir.PLOTS}/{name}" for name in ALL_PLOTS
                  if (rundir.plots_dir(Path(run_dir)) / name).is_file()]
         try:
             text = render_markdown(summary, self.title or f"pytest-retrace run {Path(run_dir).name}", plots)

@@ -15,7 +15,8 @@ from PIL import Image
 
 from pytest_retrace import cli
 from pytest_retrace.results.merge import merge_runs
-from pytest_retrace.results.plots import FORMATS, PLOTS, PlotError, write_plots
+from pytest_retrace.results.plotkit import FORMATS, PlotError
+from pytest_retrace.results.plots import PLOTS, write_plots
 from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.report import format_report, render_markdown, render_report
 from pytest_retrace.results.stats import Row, summarize
@@ -325,8 +326,8 @@ def figure_files(out: Path) -> list[str]:
 
 def test_plots_are_valid_non_blank_deterministic_pngs_pdfs_and_svgs(tmp_path: Path) -> None:
     written = write_plots(varied_records(), tmp_path / "a")
-    assert [p.name for p in written] == list(PLOTS) == ["rates.png", "budget.png", "domains.png", "kinds.png",
-                                                         "horizons.png", "criteria.png"]
+    assert list(PLOTS) == ["rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png"]
+    assert [p.name for p in written] == [*PLOTS, "best_explicit.png"]  # an explicit strategy ran: Figure 7 too
     assert figure_files(tmp_path / "a") == sorted(p.with_suffix(f).name for p in written for f in FORMATS)
     for path in written:
         with Image.open(path) as im:
@@ -350,9 +351,10 @@ def test_the_criteria_plot_stacks_r_o_against_r_tc_from_the_counts() -> None:
                rec("e", "F").model_copy(update={"r_o": False, "r_tc": False})]
     [g] = summarize(records).groups
     assert (g.n, g.recovered, g.r_o_only, g.r_tc_only) == (5, 1, 2, 1)
-    from pytest_retrace.results.plots import _criteria, _style
+    from pytest_retrace.results.plotkit import style
+    from pytest_retrace.results.plots import _criteria
 
-    with _style():
+    with style():
         fig = _criteria(summarize(records))
     heights = [round(bar.get_height()) for bar in fig.axes[0].patches]  # bottom up: both, R_O, R_TC, neither
     assert heights == [20, 40, 20, 20]
@@ -391,7 +393,8 @@ def test_writers_write_summary_json_md_and_plots(tmp_path: Path) -> None:
     for writer in (SummaryJson(), Plots(), SummaryMarkdown()):  # the markdown writer runs last (trylast)
         writer.pytest_retrace_summary(summary=summary, run_dir=str(run_dir), config=config)
     assert json.loads((run_dir / "summary.json").read_text())["n_records"] == len(varied_records())
-    assert figure_files(run_dir / "plots") == sorted(Path(p).with_suffix(f).name for p in PLOTS for f in FORMATS)
+    assert figure_files(run_dir / "plots") == sorted(Path(p).with_suffix(f).name for p in (*PLOTS, "best_explicit.png")
+                                                     for f in FORMATS)
     text = (run_dir / "summary.md").read_text()
     assert text.startswith("# pytest-retrace run run7\n") and "![budget](plots/budget.png)" in text
     assert SummaryMarkdown.pytest_retrace_summary.pytest_impl["trylast"] is True  # type: ignore[attr-defined]
