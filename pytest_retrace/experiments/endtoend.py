@@ -10,7 +10,10 @@ How it is brought back (the test's ``mode``):
   the recovery agent (by default the same model config as the forward agent, a fresh instance: the same
   backbone, other prompts) gets the strategy's context (replay.strategies: the history so far, the one up to R,
   none, or a summary; the target = the recorded screen of step R) and ``budget`` actions to restore it.
-  Whether it did is R_O against that screen (SSIM >= the threshold), recorded per attempt.
+  Whether it did is R_O against that screen (SSIM >= the threshold) and, when the task's cases carry probes
+  (replay.probes), every probe's value equal to the one read after step R of this episode (the forward steps
+  are probed only then: a strategy runs and the task has getters; the reads are timed, ``probe_reads``). A
+  restore that looks right but left a file changed did not reach s_R.
 
 The paper's rules: the detector is asked once per forward step, and not for ``FREEZE`` steps after a recovery;
 at most ``max_recoveries`` recoveries an episode; recovery actions do not count against the forward agent's
@@ -19,6 +22,7 @@ at most ``max_recoveries`` recoveries an episode; recovery actions do not count 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,8 @@ from pytest_retrace.experiments.detectors import ErrorDetector, RecoveryStepDete
 from pytest_retrace.experiments.forward import ForwardResult, Recording, judge_stage, reset_stage, timed_episode
 from pytest_retrace.replay.cases import Task
 from pytest_retrace.replay.drive import recover
-from pytest_retrace.replay.reconstruct import replay_to
+from pytest_retrace.replay.probes import AnyGetter, poll, settled_values
+from pytest_retrace.replay.reconstruct import PROBE_WAIT, replay_to
 from pytest_retrace.replay.result import InfraError, RecoveryResult, ReplayObserver, ReplayOptions, timed_stage
 from pytest_retrace.replay.strategies import STRATEGIES, Contextualizer, build_context
 from pytest_retrace.screen.similarity import ssim
@@ -57,6 +62,13 @@ class Recovery:
     contextualizer: Contextualizer | None = None
     ssim_threshold: float = 0.99
     attempts: int = 3  # ideal: tries to reproduce the prefix
+    getters: tuple[AnyGetter, ...] = ()  # the task's cases' probe getters: a strategy's restore must match them
+
+    @property
+    def probing(self) -> bool:
+        """Whether the forward steps are probed: only a recovery agent's restore is checked against them (the
+        ideal one replays the episode's own actions, verified pixel for pixel)."""
+        return self.mode not in ("none", "ideal") and bool(self.getters)
 
 
 @dataclass
@@ -66,8 +78,10 @@ class Attempt:
     at: int  # forward actions spent when the detector fired
     error_step: int  # E, in the history as it was then
     step: int  # R
-    reached: bool | None = None  # the restore reached the recorded screen of step R (R_O)
+    reached: bool | None = None  # the restore reached s_R: R_O and every probe matches
+    r_o: bool | None = None  # R_O alone: the screen against the one recorded after step R
     ssim: float | None = None
+    probes: dict[str, bool] | None = None  # per getter, its value equals the one after step R (None: no probes)
     actions: int = 0  # the recovery agent's
     usage: Usage = field(default_factory=Usage)
     decisions: dict[str, Any] = field(default_factory=dict)  # {"error": Decision.to_dict(), "recovery": ...}
@@ -80,6 +94,7 @@ class Episode:
 
     steps: list[HistoryStep]
     screens: list[np.ndarray]
+    values: list[list[str]] = field(default_factory=list)  # probed: the getters' values, as screens
     read: int = 0
     frames_read: int = 0
 
@@ -100,6 +115,9 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, recovery: R
     assert result.initial is not None
     episode = Episode([], [result.initial])
     recording = Recording(env, result.frames)
+    if recovery.probing:
+        episode.values.append(_read_probes(env, recovery.getters, drive))
+        recording = _Probed(env, result.frames, recovery.getters, drive)
     note, frozen_until = None, 0
     while drive.actions_used < opts.budget:
         fired: list[Attempt] = []
@@ -108,7 +126,7 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, recovery: R
                                ground_truth=list(ground_truth or []) if agent.privileged else None)
 
         def after_turn() -> bool:
-            _read_steps(drive, result.frames, episode)
+            _read_steps(drive, result.frames, episode, recording)
             if recovery.mode == "none" or len(result.recoveries) >= recovery.max_recoveries \
                     or drive.actions_used < frozen_until or not episode.steps:
                 return False
@@ -128,20 +146,50 @@ def _run(env: Environment, task: Task, task_dir: Path, agent: Agent, recovery: R
             stage.failed = None if attempt.reached else f"the restore did not reach step {attempt.step} " \
                                                          f"(SSIM {attempt.ssim})"
         result.recoveries.append(attempt)
-        del episode.steps[attempt.step:], episode.screens[attempt.step + 1:]
+        del episode.steps[attempt.step:], episode.screens[attempt.step + 1:], episode.values[attempt.step + 1:]
         note, frozen_until = NOTE.format(step=attempt.step), drive.actions_used + FREEZE
-    _read_steps(drive, result.frames, episode)
+    _read_steps(drive, result.frames, episode, recording)
     judge_stage(env, task, task_dir, opts, result)
 
 
-def _read_steps(drive: RecoveryResult, frames: list[np.ndarray], episode: Episode) -> None:
+class _Probed(Recording):
+    """A Recording that also reads the task's probes after every executed action (the state each forward step
+    left, which a restore to it must match), timed into the episode's ``probe_reads``."""
+
+    def __init__(self, env: Environment, frames: list[np.ndarray], getters: tuple[AnyGetter, ...],
+                 drive: RecoveryResult) -> None:
+        super().__init__(env, frames)
+        self.env, self.getters, self.drive = env, getters, drive
+        self.values: list[list[str]] = []  # after each executed action, as the frames
+
+    def execute(self, action: Action) -> Any:
+        settled = super().execute(action)
+        self.values.append(_read_probes(self.env, self.getters, self.drive))
+        return settled
+
+
+def _read_probes(env: Environment, getters: tuple[AnyGetter, ...], drive: RecoveryResult) -> list[str]:
+    """The getters' values once they hold still (as the build reads a case's target values). A desktop that
+    cannot be read is the harness's failure: the episode is an infrastructure error, never a verdict."""
+    start = time.monotonic()
+    try:
+        return settled_values(env, list(getters))
+    except EnvError as exc:
+        raise InfraError("probes", f"reading the task's probes after a forward step: {exc}") from exc
+    finally:
+        drive.timings["probe_reads"] = round(drive.timings.get("probe_reads", 0.0) + time.monotonic() - start, 4)
+
+
+def _read_steps(drive: RecoveryResult, frames: list[np.ndarray], episode: Episode, recording: Recording) -> None:
     """The forward steps executed since the last look, onto the episode: each with the screen before it (the
-    recorded frames follow the executed actions one for one)."""
+    recorded frames, and the probe values when probed, follow the executed actions one for one)."""
     for log in drive.steps[episode.read:]:
         name = log.action.get("action")
         if log.error is None and name not in ("done", "fail", "invalid", "observe"):
             episode.steps.append(HistoryStep(episode.screens[-1], Action.from_dict(log.action), log.rationale))
             episode.screens.append(frames[episode.frames_read])
+            if isinstance(recording, _Probed):
+                episode.values.append(recording.values[episode.frames_read])
             episode.frames_read += 1
     episode.read = len(drive.steps)
 
@@ -179,7 +227,7 @@ def _restore(env: Environment, task: Task, task_dir: Path, recovery: Recovery, e
 
     if recovery.mode == "ideal":
         ideal()
-        attempt.reached, attempt.ssim = True, 1.0
+        attempt.reached, attempt.r_o, attempt.ssim = True, True, 1.0
         return
     assert recovery.agent is not None
     try:
@@ -197,7 +245,23 @@ def _restore(env: Environment, task: Task, task_dir: Path, recovery: Recovery, e
     try:
         shot = env.screenshot()
     except EnvError:  # what the recovery agent left cannot be read: it did not restore anything
-        attempt.reached = False
+        attempt.reached = attempt.r_o = False
         return
     attempt.ssim = round(ssim(shot, target), 6)
-    attempt.reached = attempt.ssim >= recovery.ssim_threshold
+    attempt.r_o = attempt.ssim >= recovery.ssim_threshold
+    attempt.reached = attempt.r_o
+    if recovery.probing:
+        attempt.probes = _probes_match(env, recovery.getters, episode.values[attempt.step], wait=attempt.r_o)
+        attempt.reached = attempt.r_o and all(attempt.probes.values())
+
+
+def _probes_match(env: Environment, getters: tuple[AnyGetter, ...], recorded: list[str], *,
+                  wait: bool) -> dict[str, bool]:
+    """Per getter, whether its value now equals the one read after step R. An app may write what the restore
+    changed a moment later: polled for up to PROBE_WAIT + 1 s until all match (as replay checks a recovery's
+    probes), only when the screen matched (otherwise s_R is missed anyway: one read says what differs)."""
+    try:
+        values = poll(env, getters, lambda vs: vs == recorded, PROBE_WAIT + 1.0 if wait else 0.0, interval=0.25)
+    except EnvError:  # what the recovery agent left cannot be read: nothing it restored can be vouched for
+        return {g.describe(): False for g in getters}
+    return {g.describe(): v == r for g, v, r in zip(getters, values, recorded)}

@@ -23,12 +23,16 @@ from pytest_retrace.results.caserun import CaseRun, ForwardRun, case_run_of, for
 
 case_key = pytest.StashKey[RecoveryCase]()
 finished_key = pytest.StashKey[frozenset[str]]()  # --retrace-resume: nodeids that already have a verdict
+# end-to-end: per task id, the probe getters of its cases (what a recovery agent's restore must match)
+task_getters_key = pytest.StashKey[dict[str, tuple[Any, ...]]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """--retrace-sample: the tests of cases outside the sample are deselected; --retrace-resume: a test whose
     verdict is already in the run is not run again (it is deselected)."""
     settings = config.stash.get(settings_key, None)
+    if settings is not None and settings.experiment == "end-to-end":  # before any case is deselected
+        config.stash[task_getters_key] = _task_getters(items)
     if settings is not None and settings.sample is not None:
         runs = {item: run for item in items if (run := case_run_of(item) or forward_run_of(item)) is not None
                 and run.case is not None}  # an OSWorld task file's forward test is no case's: not sampled
@@ -49,6 +53,18 @@ def _deselect(config: pytest.Config, items: list[pytest.Item], left_out: list[py
         dropped = set(left_out)
         items[:] = [item for item in items if item not in dropped]
         config.hook.pytest_deselected(items=left_out)
+
+
+def _task_getters(items: list[pytest.Item]) -> dict[str, tuple[Any, ...]]:
+    """Per task id, the getters of its cases' probes (each once, in case id order): a task's forward test is
+    collected from one of its cases, but what any of them probes is state the task's steps may change."""
+    cases = {run.case.id: run.case for item in items if (run := forward_run_of(item)) is not None and run.case}
+    out: dict[str, dict[str, Any]] = {}
+    for case_id in sorted(cases):
+        case = cases[case_id]
+        for probe in case.probes:
+            out.setdefault(case.task.id, {}).setdefault(probe.get.model_dump_json(), probe.get)
+    return {task: tuple(getters.values()) for task, getters in out.items()}
 
 
 def _same_task(items: list[pytest.Item]) -> list[pytest.Item]:

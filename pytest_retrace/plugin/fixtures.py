@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_retrace.agents import ModelConfig, create_agent, create_chat
+from pytest_retrace.plugin.collection import task_getters_key
 from pytest_retrace.plugin.controller import session_key
 from pytest_retrace.plugin.options import Settings, settings_key
 from pytest_retrace.replay.cases import RecoveryCase
@@ -127,7 +128,8 @@ def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: 
     if run.recovery is not None:  # end-to-end: the forward episode with its detector and recoveries
         from pytest_retrace.experiments.endtoend import run_end_to_end
 
-        recovery = _recovery(run, settings, _retrace_agents, _retrace_judges[0])
+        getters = request.config.stash.get(task_getters_key, {}).get(run.task.id, ())
+        recovery = _recovery(run, settings, _retrace_agents, _retrace_judges[0], getters)
         result = run_end_to_end(retrace_env, run.task, run.task_dir, agent, recovery, max_steps=run.max_steps,
                                 ground_truth=gt, observer=_StageHooks(request.node))
     else:
@@ -150,7 +152,8 @@ def retrace_forward_result(request: pytest.FixtureRequest, retrace_forward_run: 
     return result
 
 
-def _recovery(run: ForwardRun, settings: Settings, made: dict[str, Any], contextualizer: Any) -> Any:
+def _recovery(run: ForwardRun, settings: Settings, made: dict[str, Any], contextualizer: Any,
+              getters: tuple[Any, ...]) -> Any:
     """End-to-end's recovery setting for one test; the detectors and the recovery agent made once per process
     (the recovery agent a separate instance from the forward agent: its conversation is its own)."""
     from pytest_retrace.experiments.detectors import create_detector
@@ -170,7 +173,7 @@ def _recovery(run: ForwardRun, settings: Settings, made: dict[str, Any], context
     return Recovery(run.recovery, run.max_recoveries, made[f"detector:error:{settings.error_detector.name}"],
                     made[f"detector:recovery:{settings.recovery_detector.name}"], made[f"recovery-agent:{config.name}"],
                     budget=settings.budgets[0], contextualizer=contextualizer, ssim_threshold=settings.ssim_threshold,
-                    attempts=settings.attempts)
+                    attempts=settings.attempts, getters=getters)
 
 
 class _StageHooks:

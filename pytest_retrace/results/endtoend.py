@@ -6,7 +6,8 @@ its 95 % Wilson interval and, with several runs, the sd of the per-run rates. Ag
 episodes, paired on (task, run): Δ, the rate difference over the pairs where both have a verdict; ``rescued``,
 the pairs this mode solved and ``none`` did not; ``derailed``, the pairs ``none`` solved and this mode did not
 (with a deterministic agent, a recovery changed the outcome; otherwise read them as rates). Per attempt: how
-many recoveries ran, and how many reached the recorded screen of step R.
+many recoveries ran, how many reached s_R (R_O against the recorded screen of step R and, where the task's cases
+carry probes, every probe's value equal to the one read after step R), and how many matched the screen alone.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class EndToEndRow(BaseModel):
     rescued: int = 0
     derailed: int = 0
     recoveries: int = 0  # attempts, over the episodes with a verdict
-    reached: int = 0  # attempts whose restore reached the recorded screen of step R
+    reached: int = 0  # attempts whose restore reached s_R: R_O and every probe matches
+    reached_screen: int = 0  # attempts whose restore matched the recorded screen of step R (R_O alone)
     episodes_recovered: int = 0  # episodes with at least one recovery
     error_kinds: dict[str, int] = Field(default_factory=dict)
 
@@ -85,5 +87,7 @@ def _row(key: tuple[str, str, int], group: list[ForwardRecord], baseline: dict[t
         rescued=sum(b and not a for a, b in pairs) if mode != "none" else 0,
         derailed=sum(a and not b for a, b in pairs) if mode != "none" else 0,
         recoveries=len(attempts), reached=sum(bool(a.reached) for a in attempts),
+        # a record written before r_o was recorded: its reached was R_O alone
+        reached_screen=sum(bool(a.reached if a.r_o is None else a.r_o) for a in attempts),
         episodes_recovered=sum(bool(r.end_to_end and r.end_to_end.recoveries) for r in counted),
         error_kinds=error_kinds(group))

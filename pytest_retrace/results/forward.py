@@ -48,15 +48,18 @@ class Continuation(BaseModel):
 
 
 class RecoveryAttempt(BaseModel):
-    """One recovery of an end-to-end episode (experiments.endtoend.Attempt)."""
+    """One recovery of an end-to-end episode (experiments.endtoend.Attempt). ``r_o`` and ``probes`` are
+    optional additions to schema 2: a record without them was written when ``reached`` was R_O alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     at: int  # forward actions spent when the error detector fired
     error_step: int  # E
     step: int  # R
-    reached: bool | None  # the restore reached the recorded screen of step R (R_O)
+    reached: bool | None  # the restore reached s_R: R_O and every probe matches (older records: R_O alone)
     ssim: float | None
+    r_o: bool | None = None  # the screen against the one recorded after step R, alone
+    probes: dict[str, bool] | None = None  # per probe getter, its value equals the one after step R; None: none
     actions: int  # the recovery agent's
     usage: dict[str, Any] = {}
     error_rationale: str = ""
@@ -135,7 +138,8 @@ class ForwardRecord(BaseModel):
                 mode=run.recovery, max_recoveries=run.max_recoveries, detector_calls=result.detector_calls,
                 detector_usage=result.detector_usage.to_dict(),
                 recoveries=[RecoveryAttempt(
-                    at=a.at, error_step=a.error_step, step=a.step, reached=a.reached, ssim=a.ssim, actions=a.actions,
+                    at=a.at, error_step=a.error_step, step=a.step, reached=a.reached, ssim=a.ssim, r_o=a.r_o,
+                    probes=a.probes, actions=a.actions,
                     usage=a.usage.to_dict(), error_rationale=a.decisions["error"]["rationale"],
                     recovery_rationale=a.decisions["recovery"]["rationale"]) for a in result.recoveries])
         return cls(

@@ -7,6 +7,8 @@ would have solved the task."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from pytest_retrace.results.forward import EndToEnd, ForwardRecord, RecoveryAtte
 pytest_plugins = ["pytester"]
 
 TASKS = "mousepad-hello-world or gnumeric-update-pear"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _episode(task: str, mode: str, verdict: str, *, run: int = 0, most: int = 1, reached: list[bool] = ()) -> ForwardRecord:
@@ -48,6 +51,24 @@ def test_end_to_end_rows_match_a_hand_computation() -> None:
     assert (strategy.n, strategy.paired, strategy.rescued, strategy.derailed, strategy.errors) == (2, 2, 1, 1, 1)
     assert strategy.delta == 0.0 and (strategy.recoveries, strategy.reached) == (2, 1)
     assert strategy.error_kinds == {"detector/api": 1}
+
+
+def test_a_restore_that_leaves_a_probe_changed_is_not_counted_as_reaching_s_r() -> None:
+    def attempt(r_o: bool | None, probes: dict[str, bool] | None, reached: bool) -> RecoveryAttempt:
+        return RecoveryAttempt(at=3, error_step=3, step=2, reached=reached, ssim=1.0 if r_o else 0.8, r_o=r_o,
+                               probes=probes, actions=3)
+
+    # what endtoend records: reached = R_O and every probe matches; r_o None is a record from before probes
+    attempts = [attempt(True, {"file ~/notes.txt": True}, True), attempt(True, {"file ~/notes.txt": False}, False),
+                attempt(False, {"file ~/notes.txt": True}, False), attempt(True, None, True),
+                attempt(None, None, True)]
+    record = _episode("a", "explicit-none", "solved")
+    record = record.model_copy(update={"end_to_end": record.end_to_end.model_copy(update={"recoveries": attempts})})
+    back = ForwardRecord.from_json(record.to_json())  # the optional fields survive the file
+    assert [a.probes for a in back.end_to_end.recoveries][:2] == [{"file ~/notes.txt": True}, {"file ~/notes.txt": False}]
+    (row,) = end_to_end_rows([back])
+    # 5 attempts: reached by the stricter rule 1st, 4th, 5th; the screen alone matched all but the 3rd
+    assert (row.recoveries, row.reached, row.reached_screen) == (5, 3, 4)
 
 
 def _agents(project: pytest.Pytester) -> None:
@@ -126,3 +147,40 @@ def test_a_recovery_rescues_an_agent_that_went_wrong_and_a_false_alarm_derails_o
     assert rows["none"]["solved"] == 1 and rows["ideal"]["solved"] == 1  # the exact restore: no harm
     assert (rows["explicit-none"]["solved"], rows["explicit-none"]["derailed"], rows["explicit-none"]["delta"]) == (0, 1, -1.0)
     assert main(["summary", str(run / "forward.jsonl")]) == 0
+
+
+@pytest.mark.desktop
+def test_a_restore_that_matches_the_screen_but_leaves_a_file_changed_did_not_reach_s_r(
+        project: pytest.Pytester) -> None:
+    """mousepad-hello-world with a case that probes ~/notes.txt: the oracle types "Hello " and "world"; the
+    detector fires after step 2 (E = 2, R = 1: "Hello " typed, the file still empty). One recovery agent deletes
+    "world": the screen and the file are those of step 1 again, reached. The other deletes it too, but saves, then
+    types a letter and deletes it: the screen is step 1's again (the unsaved-changes star is back), the file now
+    holds "Hello ": R_O holds, the probe does not, not reached."""
+    built = REPO / "cases" / "text-editor"
+    (project.path / "cases" / "text-editor").mkdir()
+    shutil.copy(built / "hello-world-t1-unicode-bom.yaml", project.path / "cases" / "text-editor")
+    shutil.copytree(built / "hello-world-t1-unicode-bom", project.path / "cases" / "text-editor" / "hello-world-t1-unicode-bom")
+    _agents(project)
+    script = "provider: script\nstrategy: implicit\noptions:\n  actions:\n    - \"pyautogui.press('backspace', presses=5)\"\n"
+    (project.path / "agents" / "deleter.yaml").write_text(script)
+    (project.path / "agents" / "saver.yaml").write_text(
+        script + "    - \"pyautogui.hotkey('ctrl', 's')\"\n    - \"pyautogui.write('x')\"\n    - \"pyautogui.press('backspace')\"\n")
+    attempts = {}
+    for agent in ("deleter", "saver"):
+        res = project.runpytest_subprocess(
+            "--retrace-experiment=end-to-end", "--retrace-model=oracle", "--retrace-recovery-mode=explicit-none",
+            "--retrace-error-detector=errs", "--retrace-recovery-detector=backs", f"--retrace-recovery-agent={agent}",
+            f"--retrace-run={agent}", "-k", "mousepad-hello-world", "-p", "no:cacheprovider")
+        res.assert_outcomes(passed=1)  # the oracle, resumed at step 1, types "world" and saves: solved either way
+        run = project.path / "reports" / agent
+        (record,) = [json.loads(line) for line in (run / "forward.jsonl").read_text().splitlines()]
+        (attempts[agent],) = record["end_to_end"]["recoveries"]
+        assert record["timings"]["probe_reads"] > 0  # the cost: the file read after each forward step
+        row = json.loads((run / "summary.json").read_text())["end_to_end"][0]
+        assert (row["recoveries"], row["reached"], row["reached_screen"]) == (1, int(agent == "deleter"), 1)
+    deleter, saver = attempts["deleter"], attempts["saver"]
+    assert (deleter["error_step"], deleter["step"], deleter["actions"], saver["actions"]) == (2, 1, 1, 4)
+    assert deleter["r_o"] is True and deleter["probes"] == {"file ~/notes.txt": True} and deleter["reached"] is True
+    assert saver["r_o"] is True and saver["ssim"] >= 0.99, saver
+    assert saver["probes"] == {"file ~/notes.txt": False} and saver["reached"] is False
