@@ -173,9 +173,10 @@ class _Appender:
     def __init__(self, path: Path) -> None:
         self.path, self.lock = path, threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-            with path.open("a", encoding="utf-8") as f:
-                f.write("\n")  # after a torn line, so the next verdict starts a line of its own
+        data = path.read_bytes() if path.is_file() else b""
+        if data and not data.endswith(b"\n"):  # a line torn by a killed judge: never finished, so dropped
+            with path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
 
     def write(self, verdict: JudgeVerdict) -> None:
         with self.lock, self.path.open("a", encoding="utf-8") as f:
