@@ -26,6 +26,7 @@ from pytest_retrace.testing import (
     EchoingCredentials,
     LoopbackServer,
     Reply,
+    Request,
     Script,
     anthropic_message,
     chat_completion,
@@ -195,8 +196,7 @@ def test_no_verdict_for_an_unreadable_reply_or_a_failed_api_then_resume(run: Pat
     assert (tally.verdicts, tally.no_verdict, tally.errors) == (0, 2, {"unreadable reply": 1, "api": 1})
     assert KEY not in path.read_text() and "invalid key" in path.read_text()  # the echo is kept, its key redacted
     assert calls_needed(samples, lines) == 2
-    good = [chat_completion("Still 'xyz'.\nVerdict: not recovered"), chat_completion("As before.\nVerdict: recovered")]
-    with LoopbackServer(Script(good)) as server:
+    with LoopbackServer(_by_the_agents_words) as server:  # two at once: answered by content, not by order
         judge = create_judge(_config("openai-compat", server, monkeypatch))
         tally = judge_run(run, samples, judge.name, judge, workers=2)
         judge.close()
@@ -208,6 +208,11 @@ def test_no_verdict_for_an_unreadable_reply_or_a_failed_api_then_resume(run: Pat
         tally = judge_run(run, samples, judge.name, judge)
         judge.close()
         assert server.requests == [] and (tally.to_ask, tally.calls, tally.verdicts) == (0, 0, 2)
+
+
+def _by_the_agents_words(request: Request) -> Reply:
+    said = "reasoning: oracle:" in json.dumps(request.body)
+    return Reply(chat_completion("As before.\nVerdict: recovered" if said else "Still 'xyz'.\nVerdict: not recovered"))
 
 
 def _agents(root: Path) -> Path:
