@@ -226,10 +226,15 @@ def judge_run(run_dir: Path, samples: list[Sample], name: str, judge: Judge | No
     if judge is not None and todo:
         appender = _Appender(path)
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="retrace-judge") as pool:
-            futures = {pool.submit(judge.verdict, s): s for s in todo}
+
+            def ask(sample: Sample) -> JudgeVerdict:
+                verdict = judge.verdict(sample)
+                appender.write(verdict)  # at once, by the worker: a paid answer is kept whatever happens next
+                return verdict
+
+            futures = {pool.submit(ask, s): s for s in todo}
             for future in as_completed(futures):
                 verdict = future.result()
-                appender.write(verdict)  # at once: a judge killed now loses nothing written
                 done[verdict.sample] = verdict
                 tally.calls += int(verdict.usage.get("calls") or 0)
                 tally.usage.add(Usage(input_tokens=int(verdict.usage.get("input_tokens") or 0),
