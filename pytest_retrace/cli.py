@@ -340,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_retrace.experiments.commands import add_experiment_commands
 
     add_experiment_commands(sub)
+    from pytest_retrace.validation.judge_cli import add_judge_command
+
+    add_judge_command(sub)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files (a forward run's forward.jsonl)")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")

@@ -35,8 +35,10 @@ FILES: dict[str, str] = {
     "verifier_system": "verifier-system.md",
     "error_detector_system": "error-detector-system.md",
     "recovery_detector_system": "recovery-detector-system.md",
+    "judge_system": "judge-system.md",
 }
 DETECTOR_KEYS = frozenset({"error_detector_system", "recovery_detector_system"})
+JUDGE_KEY = "judge_system"  # the LLM judge of finished records (validation/judge.py)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class Prompts:
     def check(self) -> None:
         """Read every file now: a missing prompt is a config error at start-up, not mid-run."""
         for key in FILES:
-            if key not in DETECTOR_KEYS:  # an agent never reads them (experiments/detectors.py checks its own)
+            if key not in DETECTOR_KEYS | {JUDGE_KEY}:  # an agent never reads them (their users check their own)
                 self.text(key, **_ALL_PLACEHOLDERS)
 
     # -- composition ---------------------------------------------------------------------------------

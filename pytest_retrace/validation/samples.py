@@ -114,10 +114,18 @@ def _sample(run_dir: Path, r: Record, case: Any) -> Sample:
         id=sample_id(run_dir.name, r.nodeid), run=run_dir.name, nodeid=r.nodeid, case=r.case or "", task=r.task,
         domain=r.domain, kind=r.kind, model=r.model, strategy=r.strategy, budget=r.budget, run_index=r.run_index,
         instruction=case.task.instruction,
-        history=[s for s in r.actions if s.stage in ("prefix", "perturb")],
+        history=_history(r),
         recovery=[s for s in r.actions if s.stage == "recover"],
         target=case.target_png.resolve(), error=case.error_png.resolve(),
         recovered=(run_dir / recovered).resolve() if recovered else None,
         oracle=Oracle(recovered=r.verdict == "recovered", r_o=r.r_o, r_tc=r.r_tc, ssim=r.ssim,
                       ssim_threshold=r.ssim_threshold),
     )
+
+
+def _history(r: Record) -> list[Step]:
+    """The prefix's and the perturbation's actions, up to the last of the perturbation: the oracle's restore
+    replays the prefix during its recovery, recorded as prefix steps too, and those come after the error."""
+    perturb = [i for i, s in enumerate(r.actions) if s.stage == "perturb"]
+    upto = r.actions[: perturb[-1] + 1] if perturb else r.actions
+    return [s for s in upto if s.stage in ("prefix", "perturb")]
