@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from pytest_retrace.validation.files import Plan, PlannedSample
+from pytest_retrace.validation.files import PLAN, Plan, PlannedSample
 from pytest_retrace.validation.samples import Sample, load_samples
 from pytest_retrace.validation.sampling import counted_for
 from pytest_retrace.validation.verdicts import (
@@ -211,6 +211,9 @@ def agreement(study: Path, thresholds: Sequence[float] = THRESHOLDS, *,
               load: Callable[[Path], list[Sample]] = load_samples) -> Agreement:
     """The tables of a study directory: its plan.json, the runs it names, their judge files and the
     annotations. ``load``: how a run's samples are read (tests)."""
+    if not (study / PLAN).is_file():
+        raise AgreementError(f"{study / PLAN}: no such file (a study directory holds the plan `retrace sample-plan` "
+                             "wrote and the annotations)")
     try:
         plan = Plan.read(study)
     except ValueError as exc:
@@ -219,7 +222,7 @@ def agreement(study: Path, thresholds: Sequence[float] = THRESHOLDS, *,
     samples = {s.id: s for run_samples in by_run.values() for s in run_samples}
     for p in plan.samples:
         if p.sample not in samples:
-            raise AgreementError(f"{study / 'plan.json'}: sample {p.sample} ({p.nodeid}) is not a finished test of "
+            raise AgreementError(f"{study / PLAN}: sample {p.sample} ({p.nodeid}) is not a finished test of "
                                  f"{p.run}")
     names = [a.removeprefix(JUDGE) for a in _alternatives(plan) if a.startswith(JUDGE)]
     judges = judges_of(by_run, names)
