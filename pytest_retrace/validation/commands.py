@@ -103,6 +103,8 @@ def cmd_intention(args: argparse.Namespace, extra: list[str] | None = None) -> i
         rows = intention([s for run in by_run.values() for s in run], Path(args.prompts))
     except ValueError as exc:  # IntentionError, SampleError, VerdictError
         return _fail("intention", exc)
+    if not rows:
+        return _fail("intention", ValueError(f"{', '.join(args.runs)}: no finished test to measure"))
     text = json.dumps([r.model_dump(mode="json") for r in rows], indent=2)
     print(text if args.json else markdown(rows))
     if args.out:
