@@ -10,6 +10,9 @@
     retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
     retrace osworld check evaluation_examples/examples       per OSWorld task: supported here, or why not
     retrace osworld cache --placeholders DIR TASKS           empty cache files, to measure the check with
+    retrace sample-plan RUN... --annotators a,b --per-alternative N --seed S --out STUDY   a human study's samples
+    retrace agreement STUDY [--json] [--out DIR]             people vs ReTrace: Tables 1, 12, 13, Cohen's κ
+    retrace intention RUN... [--json] [--out DIR]            rationales vs the recovery prompt (Figure 6)
 """
 
 from __future__ import annotations
@@ -340,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_retrace.experiments.commands import add_experiment_commands
 
     add_experiment_commands(sub)
+    from pytest_retrace.validation.commands import add_validation_commands
     from pytest_retrace.validation.judge_cli import add_judge_command
 
     add_judge_command(sub)
+    add_validation_commands(sub)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files (a forward run's forward.jsonl)")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")

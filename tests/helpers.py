@@ -121,3 +121,40 @@ def write_case(directory: Path, name: str, data: dict[str, Any] | str, pngs: boo
             if not (path.parent / rel).exists():
                 png(path.parent / rel)
     return path
+
+
+# --- validation (issue 25): samples and runs written by hand ------------------------------------------
+
+def validation_sample(sid: str, *, r_o: bool | None, r_tc: bool | None, ssim: float | None = None,
+                      threshold: float | None = 0.99, model: str = "m", strategy: str = "implicit",
+                      rationales: tuple[str, ...] = ()) -> Any:
+    """A Sample built directly (no run on disk): ReTrace's verdict is R_O ∧ R_TC, as the oracle gives it."""
+    from pytest_retrace.results.records import Step
+    from pytest_retrace.validation.samples import Oracle, Sample
+
+    return Sample(
+        id=sid, run="run", nodeid=f"cases/x.yaml::test_recovery[{sid}]", case="x", task="t", domain="d",
+        kind="visible", model=model, strategy=strategy, budget=1, run_index=0, instruction="do it", history=[],
+        recovery=[Step(stage="recover", action="click", rationale=r) for r in rationales],
+        target=Path("/nonexistent/target.png"), error=Path("/nonexistent/error.png"), recovered=None,
+        oracle=Oracle(recovered=bool(r_o and r_tc), r_o=r_o, r_tc=r_tc, ssim=ssim, ssim_threshold=threshold),
+    )
+
+
+def write_run(run_dir: Path, case_dir: Path, tests: list[dict[str, Any]]) -> Path:
+    """A run directory with a results.jsonl of finished records of VALID's case (written under ``case_dir``):
+    each test a dict of Record fields over the defaults (``name`` names the test id)."""
+    from pytest_retrace.results.records import Record
+
+    case = write_case(case_dir, "typo", VALID).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for t in tests:
+        fields = {"case": VALID["task"]["id"], "task": VALID["task"]["id"], "domain": "text-editor", "horizon": "short",
+                  "kind": "visible", "model": "m", "strategy": "implicit", "budget": 1,
+                  "finished_at": "2026-01-01T00:00:00+00:00", "ssim_threshold": 0.99} | t
+        name = fields.pop("name")
+        fields["verdict"] = "recovered" if fields.get("r_o") and fields.get("r_tc") else "not_recovered"
+        lines.append(Record(nodeid=f"{case}::test_recovery[{name}]", **fields).to_json())
+    (run_dir / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return run_dir

@@ -63,6 +63,8 @@ class PlannedSample(_Frozen):
     nodeid: str
     alternative: Alternative
     annotators: list[str]  # the pair (or more) that sees it
+    # the other alternatives whose seeded draw also picked it: shown once, counted for each (validation.sampling)
+    also_for: list[Alternative] = []
 
 
 class Plan(_Frozen):
@@ -74,6 +76,7 @@ class Plan(_Frozen):
     runs: list[str]
     annotators: list[str]
     samples: list[PlannedSample]
+    available: dict[Alternative, int] = {}  # per alternative, the samples it could be drawn from
 
     @field_validator("annotators")
     @classmethod

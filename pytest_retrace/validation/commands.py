@@ -1,0 +1,117 @@
+"""The validation's commands: ``retrace sample-plan`` (to become ``retrace annotate --sample``), ``retrace
+agreement`` and ``retrace intention``. Each takes argparse's namespace; ``add_validation_commands`` registers
+them on the ``retrace`` parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+AGREEMENT_MD, AGREEMENT_JSON, AGREEMENT_PNG = "agreement.md", "agreement.json", "agreement.png"
+INTENTION_MD, INTENTION_JSON, INTENTION_PNG = "intention.md", "intention.json", "intention.png"
+
+
+def add_validation_commands(sub: argparse._SubParsersAction) -> None:
+    smp = sub.add_parser("sample-plan", help="draw a human evaluation's samples (paper B.3): where ReTrace and each "
+                                             "alternative disagree, N per alternative, split between annotator pairs")
+    smp.add_argument("runs", nargs="+", metavar="RUN", help="a run directory or its results.jsonl")
+    smp.add_argument("--annotators", required=True, help="comma-separated, an even number: pairs in order")
+    smp.add_argument("--per-alternative", type=int, required=True, metavar="N", help="samples per alternative")
+    smp.add_argument("--seed", type=int, required=True, help="the draw's seed (the same inputs, the same plan)")
+    smp.add_argument("--judge", action="append", default=[], metavar="NAME",
+                     help="also an alternative: the judge's verdicts in <run>/judge/NAME.jsonl (repeatable)")
+    smp.add_argument("--out", required=True, metavar="STUDY", help="the study directory: its plan.json is written")
+    smp.set_defaults(func=cmd_sample_plan)
+    agr = sub.add_parser("agreement", help="a study's agreement with people: win rates, alignment, SSIM "
+                                           "thresholds, Cohen's κ (paper Tables 1, 12, 13)")
+    agr.add_argument("study", metavar="STUDY", help="the study directory (plan.json, annotations/)")
+    agr.add_argument("--thresholds", default="0.99,0.95,0.91", help="R_O's SSIM thresholds (default 0.99,0.95,0.91)")
+    agr.add_argument("--json", action="store_true", help="print the tables as JSON")
+    agr.add_argument("--out", metavar="DIR", help="write agreement.md, agreement.json and agreement.png here")
+    agr.set_defaults(func=cmd_agreement)
+    itn = sub.add_parser("intention", help="recovery intention (paper Figure 6): the agents' rationales against the "
+                                           "recovery prompt, per model and strategy")
+    itn.add_argument("runs", nargs="+", metavar="RUN", help="a run directory or its results.jsonl")
+    itn.add_argument("--prompts", default="agents/prompts", help="the prompt files (default agents/prompts)")
+    itn.add_argument("--json", action="store_true", help="print the rows as JSON")
+    itn.add_argument("--out", metavar="DIR", help="write intention.md, intention.json and intention.png here")
+    itn.set_defaults(func=cmd_intention)
+
+
+def _fail(command: str, exc: Exception) -> int:
+    print(f"retrace {command}: {exc}", file=sys.stderr)
+    return 2
+
+
+def cmd_sample_plan(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    from pytest_retrace.validation.sampling import draw_plan
+
+    try:
+        annotators = [a.strip() for a in args.annotators.split(",") if a.strip()]
+        plan = draw_plan([Path(r) for r in args.runs], annotators, args.per_alternative, args.seed, args.judge)
+    except ValueError as exc:  # SamplingError, SampleError, VerdictError
+        return _fail("sample-plan", exc)
+    path = plan.write(Path(args.out))
+    for alternative, available in plan.available.items():
+        drawn = sum(alternative in (p.alternative, *p.also_for) for p in plan.samples)
+        print(f"{alternative}: {drawn} drawn of {available} disagreeing with ReTrace")
+    for i in range(0, len(plan.annotators), 2):
+        pair = plan.annotators[i:i + 2]
+        print(f"{' & '.join(pair)}: {sum(p.annotators == pair for p in plan.samples)} samples")
+    print(f"wrote {path}: {len(plan.samples)} samples", file=sys.stderr)
+    return 0
+
+
+def _thresholds(text: str) -> list[float]:
+    try:
+        values = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--thresholds {text!r}: comma-separated numbers") from None
+    if not values or not all(0.0 <= t <= 1.0 for t in values):
+        raise ValueError(f"--thresholds {text!r}: SSIM thresholds between 0 and 1")
+    return values
+
+
+def cmd_agreement(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    from pytest_retrace.validation.agreement import agreement, markdown, plot
+
+    try:
+        result = agreement(Path(args.study), _thresholds(args.thresholds))
+    except ValueError as exc:  # AgreementError, VerdictError, SampleError
+        return _fail("agreement", exc)
+    text = result.model_dump_json(indent=2)
+    print(text if args.json else markdown(result))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / AGREEMENT_MD).write_text(markdown(result) + f"\n![agreement]({AGREEMENT_PNG})\n", encoding="utf-8")
+        (out / AGREEMENT_JSON).write_text(text + "\n", encoding="utf-8")
+        plot(result, out / AGREEMENT_PNG)
+        print(f"wrote {out / AGREEMENT_MD}, {AGREEMENT_JSON} and {AGREEMENT_PNG}", file=sys.stderr)
+    return 0
+
+
+def cmd_intention(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    from pytest_retrace.validation.intention import intention, markdown, plot
+    from pytest_retrace.validation.samples import load_samples
+    from pytest_retrace.validation.verdicts import samples_by_run
+
+    try:
+        by_run = samples_by_run([Path(r) for r in args.runs], load_samples)
+        rows = intention([s for run in by_run.values() for s in run], Path(args.prompts))
+    except ValueError as exc:  # IntentionError, SampleError, VerdictError
+        return _fail("intention", exc)
+    if not rows:
+        return _fail("intention", ValueError(f"{', '.join(args.runs)}: no finished test to measure"))
+    text = json.dumps([r.model_dump(mode="json") for r in rows], indent=2)
+    print(text if args.json else markdown(rows))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / INTENTION_MD).write_text(markdown(rows) + f"\n![intention]({INTENTION_PNG})\n", encoding="utf-8")
+        (out / INTENTION_JSON).write_text(text + "\n", encoding="utf-8")
+        plot(rows, out / INTENTION_PNG)
+        print(f"wrote {out / INTENTION_MD}, {INTENTION_JSON} and {INTENTION_PNG}", file=sys.stderr)
+    return 0
