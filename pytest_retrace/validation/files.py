@@ -13,9 +13,9 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
 JUDGE_DIR = "judge"
@@ -121,3 +121,31 @@ def judge_file(run_dir: Path, judge: str) -> Path:
 
 def annotations_file(study: Path, annotator: str) -> Path:
     return study / ANNOTATIONS / f"{check_name(annotator, 'annotator')}.jsonl"
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_jsonl(path: Path, model: type[M], error: type[ValueError] = ValueError) -> list[tuple[int, M]]:
+    """(line number, line) for every non-blank line of a judge's or an annotator's file. A last line without its
+    newline is one a killed writer left half written: skipped (its sample is asked again). Any other line that
+    is not one raises ``error`` naming the file and the line: a person's answer or a paid verdict is never
+    dropped silently."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: {exc.strerror or exc}") from None
+    lines = text.split("\n")
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((number, model.model_validate_json(line)))
+        except ValidationError as exc:
+            if number == len(lines):  # not followed by "\n": the write a kill interrupted
+                continue
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise error(f"{path}:{number}: {where + ': ' if where else ''}{first['msg']}") from None
+    return out

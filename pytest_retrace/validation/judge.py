@@ -30,7 +30,7 @@ from pytest_retrace.agents.prompts import JUDGE_KEY, Image, Part, Prompts, Text
 from pytest_retrace.replay.cases import load_png
 from pytest_retrace.results.records import Step
 from pytest_retrace.text import clip
-from pytest_retrace.validation.files import JudgeVerdict, Verdict, judge_file
+from pytest_retrace.validation.files import JudgeVerdict, Verdict, judge_file, read_jsonl
 from pytest_retrace.validation.samples import Sample
 
 # the last line, alone: "Verdict: recovered" / "Verdict: not recovered" (markdown emphasis and a full stop tolerated)
@@ -147,24 +147,11 @@ class JudgeFileError(ValueError):
 
 
 def read_verdicts(path: Path) -> dict[str, JudgeVerdict]:
-    """The latest line per sample of a judge file (none: {}). A last line without its newline is one a killed
-    judge was writing: it is ignored (its sample is asked again); any other bad line is an error."""
+    """The latest line per sample of a judge file (none: {}); a torn last line is skipped (files.read_jsonl), so
+    its sample is asked again."""
     if not path.is_file():
         return {}
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    out: dict[str, JudgeVerdict] = {}
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            verdict = JudgeVerdict.model_validate_json(raw)
-        except ValueError as exc:
-            if number == len(lines):  # torn: written without its "\n"
-                continue
-            raise JudgeFileError(f"{path}:{number}: not a judge verdict: {clip(str(exc), 300)}") from None
-        out[verdict.sample] = verdict
-    return out
+    return {v.sample: v for _, v in read_jsonl(path, JudgeVerdict, JudgeFileError)}
 
 
 class _Appender:

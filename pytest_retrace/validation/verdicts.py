@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from pytest_retrace.validation.files import (
     ANNOTATIONS,
@@ -22,6 +19,7 @@ from pytest_retrace.validation.files import (
     Plan,
     check_name,
     judge_file,
+    read_jsonl,
 )
 from pytest_retrace.validation.samples import Oracle, Sample
 
@@ -64,29 +62,6 @@ def verdict(sample: Sample, alternative: str, judges: dict[str, dict[str, bool |
     raise ValueError(f"unknown alternative {alternative!r}: {R_TC}, {R_O} or {JUDGE}<name>")
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def read_jsonl(path: Path, model: type[M]) -> list[tuple[int, M]]:
-    """(line number, model) for every non-blank line; any line that is not one is an error naming the file and
-    the line (a person's answer or a paid verdict is never dropped silently)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise VerdictError(f"{path}: {exc.strerror or exc}") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((number, model.model_validate_json(line)))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise VerdictError(f"{path}:{number}: {where + ': ' if where else ''}{first['msg']}") from None
-    return out
-
-
 def read_judge(run_dir: Path, judge: str, known: Iterable[str]) -> dict[str, bool | None]:
     """A judge's verdicts on a run's samples (sample id -> True / False / None), the last line of a sample
     winning (a rerun of `retrace judge` appends). ``known``: the run's sample ids; any other is an error (a
@@ -96,7 +71,7 @@ def read_judge(run_dir: Path, judge: str, known: Iterable[str]) -> dict[str, boo
         raise VerdictError(f"{path}: no such file (run `retrace judge` on {run_dir} first)")
     ids = set(known)
     out: dict[str, bool | None] = {}
-    for number, line in read_jsonl(path, JudgeVerdict):
+    for number, line in read_jsonl(path, JudgeVerdict, VerdictError):
         if line.sample not in ids:
             raise VerdictError(f"{path}:{number}: sample {line.sample!r} ({line.nodeid}) is not a sample of {run_dir}")
         out[line.sample] = None if line.verdict is None else line.verdict == "recovered"
@@ -123,7 +98,7 @@ def read_annotations(study: Path, plan: Plan) -> dict[str, dict[str, bool]]:
     out: dict[str, dict[str, bool]] = {}
     folder = study / ANNOTATIONS
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        for number, a in read_jsonl(path, Annotation):
+        for number, a in read_jsonl(path, Annotation, VerdictError):
             where = f"{path}:{number}"
             if a.annotator != path.stem:
                 raise VerdictError(f"{where}: annotator {a.annotator!r} in the file of {path.stem!r}")
