@@ -27,6 +27,18 @@ finished_key = pytest.StashKey[frozenset[str]]()  # --retrace-resume: nodeids th
 task_getters_key = pytest.StashKey[dict[str, tuple[Any, ...]]]()
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A recovery test answers to ``-k`` by its case's horizon, kind and domain as well as by its id
+    (``-k horizon_long``, ``-k "kind_hidden-state and not domain_files"``): the paper's figures are per horizon.
+    Before -k deselects, which pytest does in its own collection_modifyitems."""
+    run = case_run_of(item)
+    if run is not None:
+        case = run.case
+        item.extra_keyword_matches.update({f"horizon_{case.horizon}",
+                                           f"kind_{case.metadata.get('kind') or 'unknown'}",
+                                           f"domain_{case.task.domain}"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """--retrace-sample: the tests of cases outside the sample are deselected; --retrace-resume: a test whose
     verdict is already in the run is not run again (it is deselected)."""

@@ -41,6 +41,17 @@ def test_the_papers_case_selection_leaves_out_visual_only_and_near_identical_cas
     res.stderr.fnmatch_lines(["*--retrace-protocol: 'exact' is not one of default, paper*"])
 
 
+def test_a_case_s_horizon_kind_and_domain_select_its_tests_with_k(pytester: pytest.Pytester) -> None:
+    """The paper's figures are per horizon (Figure 7: long): ``-k horizon_long`` picks the cases the metadata says."""
+    cases = [load_case(p) for p in sorted((REPO / "cases").glob("*/*.yaml"))]
+    expected = sum(c.horizon == "long" and c.metadata.get("kind") == "hidden-state" for c in cases)
+    assert 0 < expected < len(cases)
+    res = pytester.runpytest_subprocess(f"--retrace-cases={REPO / 'cases'}", "--retrace-model=noop", "--collect-only",
+                                        "-q", "-k", "horizon_long and kind_hidden-state", "-p", "no:cacheprovider",
+                                        f"--rootdir={REPO}", "-c", str(REPO / "pyproject.toml"))
+    res.stdout.fnmatch_lines([f"{expected}/{len(cases)} tests collected*"])
+
+
 def test_the_protocol_keeps_every_screenshot_and_settles_for_the_papers_10_s(pytester: pytest.Pytester) -> None:
     from pytest_retrace.plugin.experiments import ALL_SCREENSHOTS
     from pytest_retrace.plugin.options import settings_key
