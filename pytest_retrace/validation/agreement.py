@@ -15,6 +15,10 @@ Definitions (docs/validation.md, "Sampling and agreement"), the paper's where it
   alternatives, each sample once);
 - **thresholds** (Table 13): on every distinct consensus sample, the share where R_O at SSIM threshold t
   (verdicts.r_o_at, from the stored SSIM) gives the label;
+- **environmental noise** (Table 11): on the consensus samples whose annotators also agree on the second
+  question (is every visible difference environmental noise? an unanswered one counts as no), the share of
+  ReTrace's verdicts *not* affected by noise: all but those where the people disagree with ReTrace and say the
+  difference is only noise;
 - **κ**: per annotator pair, Cohen's κ (scikit-learn's ``cohen_kappa_score``) and the raw agreement on the
   samples both answered, then their means over the pairs, as the paper reports them. κ is undefined when
   both gave one same label throughout (chance agreement 1): None, and left out of the mean.
@@ -93,6 +97,14 @@ class KappaRow(_Row):
     kappa: float | None  # None: undefined (one same label throughout) or nothing answered
 
 
+class NoiseRow(_Row):
+    """Table 11: ReTrace's verdicts unaffected by environmental noise."""
+
+    n: int  # consensus samples whose annotators agree on the noise question too
+    affected: int  # of them: the people disagree with ReTrace and call the difference noise
+    unaffected_rate: float | None
+
+
 class Agreement(_Row):
     study: str
     planned: int
@@ -103,6 +115,7 @@ class Agreement(_Row):
     alignment: list[AlignmentRow]  # on R_O / R_TC disagreements
     thresholds: list[AlignmentRow]  # R_O at each SSIM threshold
     kappa: list[KappaRow]
+    noise: NoiseRow | None = None  # None: no noise answers given (tables() without them)
     mean_agreement: float | None
     mean_kappa: float | None
 
@@ -183,10 +196,25 @@ def _kappa(plan: Plan, answers: dict[str, dict[str, bool]]) -> list[KappaRow]:
     return rows
 
 
+def _noise(plan: Plan, samples: dict[str, Sample], answers: dict[str, dict[str, bool]],
+           noise: dict[str, dict[str, bool]]) -> NoiseRow:
+    n = affected = 0
+    for p in plan.samples:
+        human = consensus(p, answers)
+        said = {noise.get(p.sample, {}).get(a, False) for a in p.annotators}
+        if human is None or len(said) != 1:
+            continue
+        n += 1
+        affected += human != samples[p.sample].oracle.recovered and said == {True}
+    return NoiseRow(n=n, affected=affected, unaffected_rate=_rate(n - affected, n))
+
+
 def tables(study: str, plan: Plan, samples: dict[str, Sample], judges: dict[str, dict[str, bool | None]],
-           answers: dict[str, dict[str, bool]], thresholds: Sequence[float] = THRESHOLDS) -> Agreement:
+           answers: dict[str, dict[str, bool]], thresholds: Sequence[float] = THRESHOLDS,
+           noise: dict[str, dict[str, bool]] | None = None) -> Agreement:
     """Every table of the study from its plan, the planned samples (id -> Sample), the judges' verdicts (judge
-    -> sample id -> verdict) and the answers (sample id -> annotator -> recovered?)."""
+    -> sample id -> verdict), the answers (sample id -> annotator -> recovered?) and to the noise question
+    (sample id -> annotator -> only environmental noise?; an unanswered one is no)."""
     labelled = [(p, h) for p in plan.samples if (h := consensus(p, answers)) is not None]
     answered = sum(all(a in answers.get(p.sample, {}) for a in p.annotators) for p in plan.samples)
     split = [(samples[p.sample].oracle, h) for p, h in labelled]
@@ -202,7 +230,8 @@ def tables(study: str, plan: Plan, samples: dict[str, Sample], judges: dict[str,
                    _aligned("R_O", [(o.r_o, h) for o, h in disagree]),
                    _aligned("ReTrace", [(o.recovered, h) for o, h in disagree])],
         thresholds=[_aligned(f"{t:g}", [(r_o_at(o, t), h) for o, h in split]) for t in thresholds],
-        kappa=kappa, mean_agreement=statistics.fmean(agreements) if agreements else None,
+        kappa=kappa, noise=None if noise is None else _noise(plan, samples, answers, noise),
+        mean_agreement=statistics.fmean(agreements) if agreements else None,
         mean_kappa=statistics.fmean(kappas) if kappas else None,
     )
 
@@ -226,7 +255,10 @@ def agreement(study: Path, thresholds: Sequence[float] = THRESHOLDS, *,
                                  f"{p.run}")
     names = [a.removeprefix(JUDGE) for a in _alternatives(plan) if a.startswith(JUDGE)]
     judges = judges_of(by_run, names)
-    return tables(str(study), plan, samples, judges, read_annotations(study, plan), thresholds)
+    given = read_annotations(study, plan)
+    answers = {s: {who: a.recovered for who, a in by.items()} for s, by in given.items()}
+    noise = {s: {who: bool(a.environmental_only) for who, a in by.items()} for s, by in given.items()}
+    return tables(str(study), plan, samples, judges, answers, thresholds, noise)
 
 
 # -- rendering ------------------------------------------------------------------------------------------------
@@ -251,6 +283,10 @@ def markdown(a: Agreement) -> str:
     out += ["", "## R_O at other SSIM thresholds (Table 13)", "", "| threshold | samples | aligned | rate |",
             "|---|---|---|---|"]
     out += [f"| {r.oracle} | {r.n} | {r.aligned} | {_pct(r.rate)} |" for r in a.thresholds]
+    if a.noise is not None:
+        out += ["", "## Verdicts unaffected by environmental noise (Table 11)", "",
+                "| samples (agreed on both questions) | people disagree with ReTrace and call it noise | unaffected |",
+                "|---|---|---|", f"| {a.noise.n} | {a.noise.affected} | {_pct(a.noise.unaffected_rate)} |"]
     out += ["", "## Between the annotators", "", "| pair | both answered | same answer | agreement | Cohen's κ |",
             "|---|---|---|---|---|"]
     for k in a.kappa:

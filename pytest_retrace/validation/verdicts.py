@@ -89,13 +89,13 @@ def judges_of(samples: dict[Path, list[Sample]], names: Iterable[str]) -> dict[s
     return out
 
 
-def read_annotations(study: Path, plan: Plan) -> dict[str, dict[str, bool]]:
-    """sample id -> annotator -> their answer (recovered?), from every <study>/annotations/<who>.jsonl. A
+def read_annotations(study: Path, plan: Plan) -> dict[str, dict[str, Annotation]]:
+    """sample id -> annotator -> their answer, from every <study>/annotations/<who>.jsonl. A
     person may change their mind: their last line for a sample wins. A line for a sample the plan does not
     hold, by someone the plan did not give it to, or under another annotator's file name is an error naming
     the file and the line."""
     planned = {s.sample: s for s in plan.samples}
-    out: dict[str, dict[str, bool]] = {}
+    out: dict[str, dict[str, Annotation]] = {}
     folder = study / ANNOTATIONS
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         for number, a in read_jsonl(path, Annotation, VerdictError):
@@ -107,7 +107,7 @@ def read_annotations(study: Path, plan: Plan) -> dict[str, dict[str, bool]]:
             if a.annotator not in planned[a.sample].annotators:
                 raise VerdictError(f"{where}: sample {a.sample!r} was planned for "
                                    f"{', '.join(planned[a.sample].annotators)}, not {a.annotator!r}")
-            out.setdefault(a.sample, {})[a.annotator] = a.recovered
+            out.setdefault(a.sample, {})[a.annotator] = a
     return out
 
 

@@ -52,7 +52,7 @@ ANSWERS = {  # annotator -> sample -> recovered?
 }
 
 
-def write_study(root: Path, answers=ANSWERS) -> Path:
+def write_study(root: Path, answers=ANSWERS, noise: dict[str, dict[str, bool | None]] | None = None) -> Path:
     run, study = root / "run", root / "study"
     Plan(seed=1, per_alternative=4, runs=[str(run)], annotators=AB + CD, available={"r_tc": 4, "r_o": 9},
          samples=[PlannedSample(sample=s, run=str(run), nodeid=SAMPLES[s].nodeid, alternative=alt, annotators=who,
@@ -64,8 +64,9 @@ def write_study(root: Path, answers=ANSWERS) -> Path:
     for who, given in answers.items():
         file = annotations_file(study, who)
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text("".join(Annotation(sample=s, annotator=who, recovered=r).model_dump_json() + "\n"
-                                for s, r in given.items()), encoding="utf-8")
+        file.write_text("".join(Annotation(sample=s, annotator=who, recovered=r,
+                                           environmental_only=(noise or {}).get(who, {}).get(s)).model_dump_json()
+                                + "\n" for s, r in given.items()), encoding="utf-8")
     return study
 
 
@@ -200,3 +201,15 @@ def test_the_command_from_runs_on_disk(tmp_path: Path, capsys: pytest.CaptureFix
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["agreement.json", "agreement.md", "agreement.png"]
     assert main(["agreement", str(tmp_path / "nowhere")]) == 2
     assert "plan.json" in capsys.readouterr().err
+
+
+def test_verdicts_unaffected_by_environmental_noise_table_11(tmp_path: Path) -> None:
+    # consensus samples: t1 no, t2 yes, t4 no, o1 no, o2 yes, o3 yes, j1 no; ReTrace says no on all but j1.
+    # Noise answers: t2 both yes (people say recovered, ReTrace not: affected); o2 c yes, d no (split: out);
+    # o3 both yes (affected); t1 both yes but the people agree with ReTrace (not affected); the rest unanswered (no)
+    noise = {"a": {"o3": True, "t1": True}, "b": {"o3": True, "t1": True}, "c": {"t2": True, "o2": True},
+             "d": {"t2": True, "o2": False}}
+    a = compute(tmp_path, noise=noise)
+    assert a.noise is not None and (a.noise.n, a.noise.affected) == (6, 2)
+    assert a.noise.unaffected_rate == pytest.approx(4 / 6)
+    assert "## Verdicts unaffected by environmental noise (Table 11)" in markdown(a)
