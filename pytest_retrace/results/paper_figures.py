@@ -1,4 +1,5 @@
-"""The paper's figures that are not recovery rates per model: Figure 3 (Success@K under ideal recovery, an
+"""The paper's figures that are not recovery rates per model: Figure 6 (recovery intention, a recovery run's where
+a model explained its recovery), Figure 3 (Success@K under ideal recovery, an
 ideal-recovery run's), Figure 7 (the best explicit strategy per model, beside the implicit rate, a recovery run's
 where an explicit strategy ran) and Figure 8 (end-to-end: the change in success against the number of recoveries
 allowed, an end-to-end run's). Each draws from the summary's typed rows (results.success, results.best,
@@ -7,9 +8,11 @@ results.endtoend); results.plots writes them with the others.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_retrace.results.best import best_explicit_rows
+from pytest_retrace.results.intention import IntentionRow
 from pytest_retrace.results.plotkit import figure, percent_axis
 from pytest_retrace.results.stats import Statistics
 
@@ -108,4 +111,21 @@ def end_to_end(summary: Any) -> Figure:
                  "the same model's episodes without recovery)", fontsize=10)
     if lines:
         ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def intention(summary: Any) -> Figure:
+    """Figure 6 of a run's summary."""
+    return intention_rows(summary.intention)
+
+
+def intention_rows(rows: Sequence[IntentionRow]) -> Figure:
+    """Figure 6: the recovery intention's scores per (model, strategy) as box plots, the mean marked."""
+    fig, [ax] = figure(0.9 * len(rows) + 3)
+    ax.boxplot([r.scores or [float("nan")] for r in rows], showmeans=True, widths=0.6)
+    ax.set_xticks(range(1, len(rows) + 1), [f"{r.model}\n{r.strategy}\nn={len(r.scores)}" for r in rows], fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("TF-IDF cosine with the recovery prompt")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title("Recovery intention: the agents' recovery rationales against the recovery prompt", fontsize=10)
     return fig

@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
 PLOTS: tuple[str, ...] = ("rates.png", "budget.png", "domains.png", "kinds.png", "horizons.png", "criteria.png")
 BEST_PLOTS: tuple[str, ...] = ("best_explicit.png",)  # a recovery run's where an explicit strategy ran (Figure 7)
+INTENTION_PLOTS: tuple[str, ...] = ("intention.png",)  # a recovery run's where a model explained (Figure 6)
 IDEAL_PLOTS: tuple[str, ...] = ("success_at_k.png",)  # an ideal-recovery run's, instead of PLOTS (Figure 3)
 END_TO_END_PLOTS: tuple[str, ...] = ("end_to_end.png",)  # an end-to-end run's, instead of PLOTS (Figure 8)
-ALL_PLOTS: tuple[str, ...] = PLOTS + BEST_PLOTS + IDEAL_PLOTS + END_TO_END_PLOTS
+ALL_PLOTS: tuple[str, ...] = PLOTS + BEST_PLOTS + INTENTION_PLOTS + IDEAL_PLOTS + END_TO_END_PLOTS
 Point = tuple[float, float, float]  # value, error below, error above (percent)
 
 
@@ -61,7 +62,7 @@ def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
         "kinds.png": lambda s: _breakdown(s, "kind", KINDS, "Recovery rate by kind of mistake"),
         "horizons.png": lambda s: _breakdown(s, "horizon", HORIZON_ORDER, "Recovery rate by horizon"),
         "best_explicit.png": paper_figures.best_explicit, "success_at_k.png": paper_figures.success_at_k,
-        "end_to_end.png": paper_figures.end_to_end,
+        "end_to_end.png": paper_figures.end_to_end, "intention.png": paper_figures.intention,
     }
     draw = {name: figures[name] for name in ALL_PLOTS}  # written (and returned) in this order
     if getattr(summary, "ideal_recovery", None):  # an ideal-recovery run has no recovery rates to draw
@@ -71,6 +72,7 @@ def write_plots(data: Statistics | Iterable[Record], out_dir: Path, *,
     else:
         keep = set(PLOTS) - (set() if len(_budgets(summary)) > 1 else {"budget.png"})
         keep |= set(BEST_PLOTS) if best_explicit_rows(summary) else set()
+        keep |= set(INTENTION_PLOTS) if getattr(summary, "intention", None) else set()
     return write_figures(summary, out_dir, draw, set(draw) - keep, errors)
 
 

@@ -17,6 +17,7 @@ from pytest_retrace.results.tables import (
     best_cells,
     end_to_end_cells,
     forward_cells,
+    intention_cells,
     pad_table,
     set_cells,
     success_cells,
@@ -27,7 +28,7 @@ _TITLES = {"domain": "By domain", "kind": "By kind of mistake", "horizon": "By h
 # columns holding text, left-aligned in markdown; the numbers are right-aligned
 _TEXT_COLUMNS = {"model", "strategy", "domain", "kind", "horizon", "A", "B", "pairing", "success@k", "per run",
                  "runs: mean ± sd", "95% CI", "shared (n)", "before", "after", "test", "verdict", "artifacts",
-                 "what", "best explicit", "basis", ""}
+                 "what", "best explicit", "basis", "compared with", "q1–q3", ""}
 _BEST = ("the explicit strategy with the highest rate per model (the paper's Figure 7; its figure is the long "
          "horizon), over the strategies that finished a test (of); basis shared: on the cases every compared "
          "model (under --retrace-protocol=paper: every model and strategy) finished, else all; implicit: the same "
@@ -47,7 +48,7 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
                 f"every forward step and a recovery on each detection; {errors} infrastructure error(s), excluded "
                 f"from every rate.", ""]
         out += _md_provenance(run)
-        out += ["## Success rate with and without recovery", "", _md_table(end_to_end_cells(rows)), "",
+        out += ["## Success rate with and without recovery", "", md_table(end_to_end_cells(rows)), "",
                 "rate = the task's evaluator passed; 95% CI: Wilson score interval; Δ vs none: the rate difference "
                 "with the same model's `none` episodes on the same (task, run) pairs (how many); rescued / "
                 "derailed: pairs solved only with / only without recovery; reached s_R: restores whose screen "
@@ -60,11 +61,11 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
                 f"episode's state after R steps, per condition; {errors} continuation(s) excluded (their prefix "
                 f"did not reproduce, or another infrastructure error).", ""]
         out += _md_provenance(run)
-        out += ["## Success@K per condition", "", _md_table(success_cells(rows)), "",
+        out += ["## Success@K per condition", "", md_table(success_cells(rows)), "",
                 "S@K: the unbiased estimate of at least one of K continuations solving the task (1 - C(n-c, K) / "
                 "C(n, K) per instance), averaged over instances; 95% CI: percentile bootstrap over instances; "
                 "excluded: instances none of whose continuations reached the state of step R.", "",
-                "## Success@K per domain", "", _md_table(success_cells(rows, domains=True)), ""]
+                "## Success@K per domain", "", md_table(success_cells(rows, domains=True)), ""]
         for plot in plots:
             out += [f"![{Path(plot).stem}]({plot})", ""]
         return "\n".join(out).rstrip() + "\n"
@@ -73,7 +74,7 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
         out += [f"Forward run: each task solved from its initial state in at most {summary.forward[0].max_steps} "
                 f"step(s); {errors} infrastructure error(s), excluded from every rate.", ""]
         out += _md_provenance(run)
-        out += ["## Success rate per model", "", _md_table(forward_cells(summary.forward)), "",
+        out += ["## Success rate per model", "", md_table(forward_cells(summary.forward)), "",
                 "rate = the task's evaluator passed; 95% CI: Wilson score interval; the episodes are in "
                 "trajectories/ (OSWorld's results layout).", ""]
         return "\n".join(out).rstrip() + "\n"
@@ -90,7 +91,7 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
                  f"`verified_by: determinism`: their error state is confirmed by its recording only "
                  f"(docs/cases.md)."), ""]
     out += _md_provenance(run)
-    out += ["## Recovery rate per model × strategy × budget", "", _md_table(table_rows(summary)), "",
+    out += ["## Recovery rate per model × strategy × budget", "", md_table(table_rows(summary)), "",
             "rate = R_O ∧ R_TC on the finished tests; 95% CI: Wilson score interval, clustered by case where a "
             "case ran more than once (intervals.cluster_wilson_interval); R_O, R_TC: each criterion "
             "alone" + ("; runs: mean ± sample sd of the per-run rates, success@k: at least one of k runs "
@@ -99,10 +100,16 @@ def render_markdown(summary: Summary, title: str, plots: Sequence[str] = ()) -> 
                if any(g.common_n is not None for g in summary.groups) else "") + ".", ""]
     for by in BREAKDOWNS:
         if summary.rows(by):
-            out += [f"## {_TITLES[by]}", "", _md_table(table_rows(summary, by=by)), ""]
+            out += [f"## {_TITLES[by]}", "", md_table(table_rows(summary, by=by)), ""]
     best = best_explicit_rows(summary)
     if best:
-        out += ["## Best explicit strategy per model", "", _md_table(best_cells(best)), "", _BEST[0].upper() + _BEST[1:] + ".", ""]
+        out += ["## Best explicit strategy per model", "", md_table(best_cells(best)), "", _BEST[0].upper() + _BEST[1:] + ".", ""]
+    if summary.intention:
+        out += ["## Recovery intention", "", md_table(intention_cells(summary.intention)), "",
+                "The TF-IDF cosine (scikit-learn, English stop words removed, sublinear tf) of each test's recovery "
+                "rationales with the recovery prompt its model config reads (implicit: explicit-0E's), one "
+                "vocabulary for the run; silent: tests whose agent explained nothing, not scored (the paper's "
+                "Figure 6; docs/validation.md).", ""]
     if summary.error_kinds:
         out += ["## Infrastructure errors", "", *(f"- {kind}: {n}" for kind, n in summary.error_kinds.items()), ""]
     out += _md_failed(summary.failed)
@@ -152,7 +159,7 @@ def _md_failed(failed: list[FailedTest]) -> list[str]:
             what = f"R_O {_check(f.r_o)}{ssim}, R_TC {_check(f.r_tc)}"
         links = " · ".join(f"[{name}]({path})" for name, path in sorted(f.artifacts.items()))
         rows.append([f"`{f.nodeid.split('::')[-1]}`", f.verdict.replace("_", " "), what, links or "-"])
-    return [f"## Failed tests ({len(failed)})", "", _md_table(rows), ""]
+    return [f"## Failed tests ({len(failed)})", "", md_table(rows), ""]
 
 
 def _check(value: bool | None) -> str:
@@ -168,7 +175,7 @@ def _md_plots(plots: Sequence[str]) -> list[str]:
     return out
 
 
-def _md_table(rows: list[list[str]]) -> str:
+def md_table(rows: list[list[str]]) -> str:
     header, *body = rows
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
@@ -289,7 +296,7 @@ def render_report(merged: MergedReport, *, title: str = "pytest-retrace report",
     for name, table, note in _sections(merged):
         out += [f"## {name}", ""]
         if table is not None:
-            out += [_md_table(table), ""]
+            out += [md_table(table), ""]
         if note:
             out += [note[0].upper() + note[1:] + ".", ""]
     kinds = merged.summary.error_kinds

@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from pytest_retrace.agents import ModelConfig
 
 
+def _prompt_files(model: ModelConfig) -> dict[str, Path]:
+    """The prompt files a model config's agent reads (its prompts_dir, its overrides): the recovery intention's
+    references."""
+    from pytest_retrace.agents.prompts import Prompts
+
+    base = model.path.parent if model.path else Path.cwd()
+    return dict(Prompts(base, model.options.get("prompts_dir", "prompts"), model.options.get("prompts")).paths)
+
+
 def new_run_name(models: list[str]) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{'+'.join(models)}"[:120]
@@ -88,7 +97,9 @@ class RetraceSession:
         if root is not None:
             run = {**run, **provenance.run_metadata(root=root, models=models, records=self.records,
                                                     started_at=self.started_at)}
-        self.summary = build_summary(self.records, RunInfo(**run), forward=self.forward)
+        files = {m.name: _prompt_files(m) for m in models}
+        self.summary = build_summary(self.records, RunInfo(**run), forward=self.forward,
+                                     prompt_files=files.get if files else None)
         return self.summary
 
     def set_exitstatus(self, status: int) -> None:

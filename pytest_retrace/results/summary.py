@@ -11,7 +11,7 @@ change it. :meth:`Summary.read` accepts every version written so far (1) and ref
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from pytest_retrace.results.endtoend import EndToEndRow, end_to_end_rows
 from pytest_retrace.results.forward import ForwardRecord, ForwardRow, forward_rows
+from pytest_retrace.results.intention import IntentionRow, intention
 from pytest_retrace.results.success import SuccessRow, success_rows
 from pytest_retrace.results.records import Record, dedupe, validate_versioned
 from pytest_retrace.results.stats import Statistics, summarize
@@ -116,6 +117,8 @@ class Summary(Statistics):
     forward: list[ForwardRow] = Field(default_factory=list)  # a forward run's rows (results.forward)
     ideal_recovery: list[SuccessRow] = Field(default_factory=list)  # Success@K of its continuations (results.success)
     end_to_end: list[EndToEndRow] = Field(default_factory=list)  # end-to-end recovery's (results.endtoend)
+    # recovery intention (results.intention, Figure 6): where some model explained its recovery
+    intention: list[IntentionRow] = Field(default_factory=list)
 
     # -- copies with one more fact ---------------------------------------------------------------------
     def gated(self, verdict: GateVerdict) -> Summary:
@@ -144,7 +147,7 @@ class Summary(Statistics):
         """summary.json's object: the keys it always had. ``gate`` and ``run.saved_baseline`` appear only
         when there is one, as before."""
         out = self.model_dump(mode="json", exclude={"gate"} if self.gate is None else set())
-        for experiment in ("forward", "ideal_recovery", "end_to_end"):
+        for experiment in ("forward", "ideal_recovery", "end_to_end", "intention"):
             if not getattr(self, experiment):
                 del out[experiment]  # a recovery run's summary.json has the keys it always had
         if self.run.saved_baseline is None:
@@ -174,15 +177,19 @@ class Summary(Statistics):
         return self.to_dict().get(key, default)
 
 
-def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[ForwardRecord] = ()) -> Summary:
+def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[ForwardRecord] = (),
+                  prompt_files: Callable[[str], dict[str, Path] | None] | None = None) -> Summary:
     """The summary of a run's records (results.stats) with its ``run`` and the tests that failed; a forward
     run's records make its ``forward`` rows, an ideal-recovery run's continuations its ``ideal_recovery`` rows, an
-    end-to-end run's episodes its ``end_to_end`` rows."""
+    end-to-end run's episodes its ``end_to_end`` rows. Given each model's prompt files (``prompt_files``, model
+    name -> key -> path), the recovery intention of the models that explained their recovery."""
     records, forward = list(records), list(forward)
+    spoke = prompt_files is not None and any(s.stage == "recover" and s.rationale for r in records for s in r.actions)
     stats = summarize(records, shared_across_strategies=(run.model_extra or {}).get("protocol") == "paper")
     return Summary(**{name: getattr(stats, name) for name in Statistics.model_fields}, run=run,
                    failed=failed_tests(records), forward=forward_rows(forward), ideal_recovery=success_rows(forward),
-                   end_to_end=end_to_end_rows(forward))
+                   end_to_end=end_to_end_rows(forward),
+                   intention=intention(records, prompt_files) if spoke and prompt_files else [])
 
 
 def failed_tests(records: Sequence[Record]) -> list[FailedTest]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pytest_retrace.results.best import BestExplicitRow
 from pytest_retrace.results.endtoend import EndToEndRow
 from pytest_retrace.results.forward import ForwardRow
+from pytest_retrace.results.intention import IntentionRow
 from pytest_retrace.results.sets import EvaluationSet, SetRow
 from pytest_retrace.results.stats import Row, Statistics
 from pytest_retrace.results.success import SuccessRow
@@ -162,4 +163,17 @@ def set_cells(sets: list[EvaluationSet], rows: list[SetRow]) -> list[list[str]]:
         spread = "-" if r.mean is None else f"{_pct(r.mean)} ± {'-' if r.sd is None else f'{100 * r.sd:.1f}'}"
         out.append([r.model, r.strategy, str(r.budget),
                     *(f"{_pct(x)} ({n})" for x, n in zip(r.rates, r.n)), spread])
+    return out
+
+
+def intention_cells(rows: list[IntentionRow]) -> list[list[str]]:
+    """Recovery intention (results.intention, the paper's Figure 6): the TF-IDF cosine of each model's recovery
+    rationales with the recovery prompt, per strategy."""
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    out = [["model", "strategy", "compared with", "tests", "silent", "mean", "sd", "median", "q1–q3"]]
+    for r in rows:
+        out.append([r.model, r.strategy, " + ".join(r.reference), str(r.tests), str(r.silent), f(r.mean), f(r.sd),
+                    f(r.median), f"{f(r.q1)}–{f(r.q3)}"])
     return out

@@ -131,7 +131,7 @@ def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
     try:
         from sklearn.metrics import cohen_kappa_score
     except ImportError:
-        raise AgreementError("Cohen's κ needs scikit-learn: pip install 'pytest-retrace[validation]'") from None
+        raise AgreementError("Cohen's κ needs scikit-learn (a dependency of pytest-retrace)") from None
     with warnings.catch_warnings():  # the undefined case warns; it is reported as None instead
         warnings.simplefilter("ignore")
         kappa = float(cohen_kappa_score(list(a), list(b), labels=[False, True]))

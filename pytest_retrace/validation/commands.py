@@ -94,24 +94,38 @@ def cmd_agreement(args: argparse.Namespace, extra: list[str] | None = None) -> i
 
 
 def cmd_intention(args: argparse.Namespace, extra: list[str] | None = None) -> int:
-    from pytest_retrace.validation.intention import intention, markdown, plot
-    from pytest_retrace.validation.samples import load_samples
-    from pytest_retrace.validation.verdicts import samples_by_run
+    """The recovery intention of runs made earlier (a run's own summary has it too, with each model config's
+    prompts): here against one prompt directory, over every run given together (one vocabulary)."""
+    from pytest_retrace.results.intention import intention, prompt_files
+    from pytest_retrace.results.paper_figures import intention_rows as figure
+    from pytest_retrace.results.plotkit import write_figures
+    from pytest_retrace.results.records import RecordError
+    from pytest_retrace.results.report import md_table
+    from pytest_retrace.results.session import read_records
+    from pytest_retrace.results.tables import intention_cells, pad_table
 
+    files = prompt_files(Path(args.prompts))
+    records = []
     try:
-        by_run = samples_by_run([Path(r) for r in args.runs], load_samples)
-        rows = intention([s for run in by_run.values() for s in run], Path(args.prompts))
-    except ValueError as exc:  # IntentionError, SampleError, VerdictError
+        for run in args.runs:
+            path = Path(run) if run.endswith(".jsonl") else Path(run) / "results.jsonl"
+            # a test id belongs to its run: the same test in two runs is two measurements
+            records += [r.model_copy(update={"nodeid": f"{run}|{r.nodeid}"}) for r in read_records(path)]
+        rows = intention(records, lambda model: files)
+    except FileNotFoundError as exc:
+        return _fail("intention", ValueError(f"{exc.filename}: no such file (a run directory or its results.jsonl)"))
+    except (ValueError, RecordError) as exc:  # IntentionError, RecordError
         return _fail("intention", exc)
     if not rows:
-        return _fail("intention", ValueError(f"{', '.join(args.runs)}: no finished test to measure"))
+        return _fail("intention", ValueError(f"{', '.join(args.runs)}: no finished test of a model to measure"))
     text = json.dumps([r.model_dump(mode="json") for r in rows], indent=2)
-    print(text if args.json else markdown(rows))
+    print(text if args.json else pad_table(intention_cells(rows)))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / INTENTION_MD).write_text(markdown(rows) + f"\n![intention]({INTENTION_PNG})\n", encoding="utf-8")
+        (out / INTENTION_MD).write_text(f"# Recovery intention\n\n{md_table(intention_cells(rows))}\n\n"
+                                        f"![intention]({INTENTION_PNG})\n", encoding="utf-8")
         (out / INTENTION_JSON).write_text(text + "\n", encoding="utf-8")
-        plot(rows, out / INTENTION_PNG)
-        print(f"wrote {out / INTENTION_MD}, {INTENTION_JSON} and {INTENTION_PNG}", file=sys.stderr)
+        write_figures(rows, out, {INTENTION_PNG: figure}, set(), None)
+        print(f"wrote {out / INTENTION_MD}, {INTENTION_JSON} and {INTENTION_PNG} (.pdf, .svg)", file=sys.stderr)
     return 0

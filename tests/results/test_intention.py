@@ -7,16 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from pytest_retrace.validation.intention import (
+from pytest_retrace.results.intention import (
     IntentionError,
     intention,
-    markdown,
-    plot,
+    prompt_files,
     reference,
     reference_files,
     similarities,
 )
-from tests.helpers import REPO, validation_sample
+from pytest_retrace.results.records import Record
+from tests.helpers import REPO
+
+
+def _test(tid: str, *, model: str = "m", strategy: str = "implicit", rationales: tuple[str, ...] = (),
+          privileged: bool = False) -> Record:
+    return Record(nodeid=f"cases/x.yaml::test_recovery[{tid}]", case=f"c{tid}", task="t", domain="d", horizon="short",
+                  kind="visible", model=model, strategy=strategy, budget=1, privileged=privileged,
+                  finished_at="2026-12-02T00:00:00+00:00", verdict="not_recovered",
+                  actions=[{"stage": "prefix", "action": "click", "rationale": "restore the target state"},
+                           *({"stage": "recover", "action": "click", "rationale": r} for r in rationales)])
 
 
 def test_the_cosine_by_hand() -> None:
@@ -42,7 +51,7 @@ def test_each_strategy_is_compared_with_its_recovery_prompt() -> None:
     assert reference_files("implicit") == ["recovery-prefix.md", "recovery-explicit-0E.md"]  # its counterpart
     with pytest.raises(IntentionError, match="strategy 'sideways'"):
         reference_files("sideways")
-    text = reference("explicit-0E", REPO / "agents" / "prompts")
+    text = reference("explicit-0E", prompt_files(REPO / "agents" / "prompts"))
     assert "recovery agent" in text and "$" not in text  # the placeholders ($instruction, $budget) dropped
 
 
@@ -52,16 +61,16 @@ def test_rows_per_model_and_strategy(tmp_path: Path) -> None:
     (prompts / "recovery-prefix.md").write_text("restore the target state")
     for name in ("0E", "0R", "none", "context"):
         (prompts / f"recovery-explicit-{name}.md").write_text("$instruction: undo the mistake.")
-    samples = [
-        validation_sample("1", r_o=True, r_tc=True, model="m", strategy="explicit-0E",
-                          rationales=("restore the target state", "undo the mistake")),
-        validation_sample("2", r_o=False, r_tc=False, model="m", strategy="explicit-0E", rationales=("open gimp",)),
-        validation_sample("3", r_o=False, r_tc=False, model="m", strategy="implicit", rationales=()),
-        validation_sample("4", r_o=False, r_tc=False, model="m", strategy="implicit", rationales=("click save", "")),
+    records = [
+        _test("1", strategy="explicit-0E", rationales=("restore the target state", "undo the mistake")),
+        _test("2", strategy="explicit-0E", rationales=("open gimp",)),
+        _test("3", strategy="implicit"),  # the prefix's words are not the agent's: silent
+        _test("4", strategy="implicit", rationales=("click save", "")),
+        _test("5", model="oracle", strategy="implicit", rationales=("replay",), privileged=True),  # not a model
     ]
-    rows = intention(samples, prompts)
-    assert [(r.model, r.strategy, r.samples, r.silent) for r in rows] == [("m", "explicit-0E", 2, 0),
-                                                                          ("m", "implicit", 2, 1)]
+    rows = intention(records, lambda model: prompt_files(prompts))
+    assert [(r.model, r.strategy, r.tests, r.silent) for r in rows] == [("m", "explicit-0E", 2, 0),
+                                                                        ("m", "implicit", 2, 1)]
     explicit, implicit = rows
     # sample 1 says every word of the reference (minus stop words and the dropped "$instruction"): cosine 1
     assert explicit.scores == [pytest.approx(1.0), pytest.approx(0.0)]
@@ -69,13 +78,12 @@ def test_rows_per_model_and_strategy(tmp_path: Path) -> None:
     assert explicit.sd == pytest.approx(math.sqrt(0.5))  # sample sd of {1, 0}
     assert (explicit.q1, explicit.q3) == (pytest.approx(0.25), pytest.approx(0.75))
     assert implicit.scores == [pytest.approx(0.0)] and implicit.sd is None
-    assert "| m | implicit | recovery-prefix.md + recovery-explicit-0E.md | 2 | 1 | 0.000 |" in markdown(rows)
-    assert plot(rows, tmp_path / "intention.png").read_bytes()[:4] == b"\x89PNG"
+    assert implicit.reference == ["recovery-prefix.md", "recovery-explicit-0E.md"]
 
 
 def test_a_missing_prompt_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(IntentionError, match=r"recovery-prefix\.md: No such file"):
-        intention([validation_sample("1", r_o=True, r_tc=True, rationales=("x",))], tmp_path)
+        intention([_test("1", rationales=("x",))], lambda model: prompt_files(tmp_path))
 
 
 def test_the_command_on_a_run_on_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,7 +103,31 @@ def test_the_command_on_a_run_on_disk(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["intention", str(run), "--prompts", str(REPO / "agents" / "prompts"), "--json", "--out", str(out)]) == 0
     rows = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["explicit-0E"]["mean"] > rows["implicit"]["mean"]  # the one that talks about restoring
-    assert rows["explicit-0E"]["samples"] == rows["implicit"]["samples"] == 1
-    assert sorted(p.name for p in out.iterdir()) == ["intention.json", "intention.md", "intention.png"]
+    assert rows["explicit-0E"]["tests"] == rows["implicit"]["tests"] == 1
+    assert sorted(p.name for p in out.iterdir()) == ["intention.json", "intention.md", "intention.pdf",
+                                                     "intention.png", "intention.svg"]
     assert main(["intention", str(run), "--prompts", str(tmp_path)]) == 2
     assert "recovery-prefix.md: No such file" in capsys.readouterr().err
+
+
+def test_a_runs_summary_has_the_intention_of_the_models_that_explained(tmp_path: Path) -> None:
+    """summary.json's ``intention``, summary.md's table and plots/intention.png, with each model's own prompts; a
+    run of scripted baselines only has none (its summary.json keeps the keys it always had)."""
+    from pytest_retrace.results.plots import write_plots
+    from pytest_retrace.results.report import render_markdown
+    from pytest_retrace.results.summary import RunInfo, Summary, build_summary
+
+    run = RunInfo(models=["m"], env="xvfb", budgets=[1], ssim_threshold=0.99, exitstatus=0)
+    files = prompt_files(REPO / "agents" / "prompts")
+    records = [_test("1", strategy="explicit-0R", rationales=("Undo the mistake: restore the target screen",)),
+               _test("2", strategy="explicit-0R", rationales=("click the menu",))]
+    summary = build_summary(records, run, prompt_files={"m": files}.get)
+    [row] = summary.intention
+    assert (row.model, row.strategy, row.tests, row.silent) == ("m", "explicit-0R", 2, 0)
+    assert row.scores[0] > row.scores[1] > 0 or row.scores[0] > row.scores[1] == 0
+    assert Summary.from_dict(summary.to_dict()) == summary  # read back: the same rows
+    assert "## Recovery intention" in render_markdown(summary, "run", [])
+    assert "intention.png" in [p.name for p in write_plots(summary, tmp_path)]
+    scripted = build_summary([_test("3", model="oracle", rationales=("x",), privileged=True)], run,
+                             prompt_files={"oracle": files}.get)
+    assert scripted.intention == [] and "intention" not in scripted.to_dict()
