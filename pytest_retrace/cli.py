@@ -10,6 +10,7 @@
     retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
     retrace osworld check evaluation_examples/examples       per OSWorld task: supported here, or why not
     retrace osworld cache --placeholders DIR TASKS           empty cache files, to measure the check with
+    retrace annotate STUDY [--port P]                       a local page where people judge recoveries
 """
 
 from __future__ import annotations
@@ -340,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_retrace.experiments.commands import add_experiment_commands
 
     add_experiment_commands(sub)
+    from pytest_retrace.validation.annotate_cli import add_annotate_command
+
+    add_annotate_command(sub)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files (a forward run's forward.jsonl)")
     summ.add_argument("results", nargs="+")
     summ.add_argument("--json", action="store_true")
