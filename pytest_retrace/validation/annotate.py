@@ -254,7 +254,8 @@ def create_app(study: Study, token: str | None = None) -> Any:
         return JSONResponse(study.next_for(parsed.annotator), status_code=201)
 
     routes = [
-        Route("/", page), Route("/static/{name}", static), Route("/api/guideline", guideline),
+        Route("/", page), Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/static/{name}", static), Route("/api/guideline", guideline),
         Route("/api/study", about), Route("/api/next", next_sample), Route("/api/samples/{sample}", sample),
         Route("/api/samples/{sample}/images/{name}", image), Route("/api/answers", answer, methods=["POST"]),
     ]
