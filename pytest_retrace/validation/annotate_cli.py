@@ -58,6 +58,10 @@ def _cmd_annotate(args: argparse.Namespace, extra: list[str]) -> int:
     except (StudyError, OSError, ValueError) as exc:
         print(f"retrace annotate: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        print(f"retrace annotate: {exc.name} is not installed: pip install 'pytest-retrace[validation]'",
+              file=sys.stderr)
+        return 2
 
 
 def _make_plan(args: argparse.Namespace) -> int:

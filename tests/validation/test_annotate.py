@@ -193,3 +193,11 @@ def test_off_loopback_a_token_is_required_and_never_stored(tmp_path: Path, run: 
         server.stop()
     for path in tmp_path.rglob("*"):
         assert not path.is_file() or token.encode() not in path.read_bytes(), path
+
+
+def test_docs_show_the_pages_guideline() -> None:
+    from pytest_retrace.validation.annotate import GUIDELINE
+    from tests.helpers import REPO
+
+    text = GUIDELINE.read_text(encoding="utf-8").replace("### ", "#### ")
+    assert text in (REPO / "docs" / "validation.md").read_text(encoding="utf-8")
