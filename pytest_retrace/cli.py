@@ -10,8 +10,10 @@
     retrace guest [--host H --port P --token-env VAR]        the OSWorld-shaped server inside an environment
     retrace osworld check evaluation_examples/examples       per OSWorld task: supported here, or why not
     retrace osworld cache --placeholders DIR TASKS           empty cache files, to measure the check with
-    retrace sample-plan RUN... --annotators a,b --per-alternative N --seed S --out STUDY   a human study's samples
-    retrace agreement STUDY [--json] [--out DIR]             people vs ReTrace: Tables 1, 12, 13, Cohen's κ
+    retrace judge RUN... [--model judge] [--dry-run]         an LLM judge's verdicts beside the run (paper Table 1)
+    retrace annotate --sample RUN... --annotators a,b --per-alternative N --seed S --out STUDY   a study's samples
+    retrace annotate STUDY [--port P]                       a local page where people judge recoveries
+    retrace agreement STUDY [--json] [--out DIR]             people vs ReTrace: Tables 1, 11, 12, 13, Cohen's κ
     retrace intention RUN... [--json] [--out DIR]            rationales vs the recovery prompt (Figure 6)
 """
 
@@ -343,10 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_retrace.experiments.commands import add_experiment_commands
 
     add_experiment_commands(sub)
+    from pytest_retrace.validation.annotate_cli import add_annotate_command
     from pytest_retrace.validation.commands import add_validation_commands
     from pytest_retrace.validation.judge_cli import add_judge_command
 
     add_judge_command(sub)
+    add_annotate_command(sub)
     add_validation_commands(sub)
     summ = sub.add_parser("summary", help="summarize one or more results.jsonl files (a forward run's forward.jsonl)")
     summ.add_argument("results", nargs="+")

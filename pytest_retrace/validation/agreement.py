@@ -241,8 +241,8 @@ def agreement(study: Path, thresholds: Sequence[float] = THRESHOLDS, *,
     """The tables of a study directory: its plan.json, the runs it names, their judge files and the
     annotations. ``load``: how a run's samples are read (tests)."""
     if not (study / PLAN).is_file():
-        raise AgreementError(f"{study / PLAN}: no such file (a study directory holds the plan `retrace sample-plan` "
-                             "wrote and the annotations)")
+        raise AgreementError(f"{study / PLAN}: no such file (a study directory holds the plan `retrace annotate "
+                             "--sample` wrote and the annotations)")
     try:
         plan = Plan.read(study)
     except ValueError as exc:

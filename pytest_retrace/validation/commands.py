@@ -1,5 +1,5 @@
-"""The validation's commands: ``retrace sample-plan`` (to become ``retrace annotate --sample``), ``retrace
-agreement`` and ``retrace intention``. Each takes argparse's namespace; ``add_validation_commands`` registers
+"""The validation's commands: ``retrace agreement`` and ``retrace intention`` (``retrace judge`` and ``retrace
+annotate``, ``--sample`` included, have modules of their own). Each takes argparse's namespace; ``add_validation_commands`` registers
 them on the ``retrace`` parser."""
 
 from __future__ import annotations
@@ -14,16 +14,6 @@ INTENTION_MD, INTENTION_JSON, INTENTION_PNG = "intention.md", "intention.json", 
 
 
 def add_validation_commands(sub: argparse._SubParsersAction) -> None:
-    smp = sub.add_parser("sample-plan", help="draw a human evaluation's samples (paper B.3): where ReTrace and each "
-                                             "alternative disagree, N per alternative, split between annotator pairs")
-    smp.add_argument("runs", nargs="+", metavar="RUN", help="a run directory or its results.jsonl")
-    smp.add_argument("--annotators", required=True, help="comma-separated, an even number: pairs in order")
-    smp.add_argument("--per-alternative", type=int, required=True, metavar="N", help="samples per alternative")
-    smp.add_argument("--seed", type=int, required=True, help="the draw's seed (the same inputs, the same plan)")
-    smp.add_argument("--judge", action="append", default=[], metavar="NAME",
-                     help="also an alternative: the judge's verdicts in <run>/judge/NAME.jsonl (repeatable)")
-    smp.add_argument("--out", required=True, metavar="STUDY", help="the study directory: its plan.json is written")
-    smp.set_defaults(func=cmd_sample_plan)
     agr = sub.add_parser("agreement", help="a study's agreement with people: win rates, alignment, SSIM "
                                            "thresholds, Cohen's κ (paper Tables 1, 12, 13)")
     agr.add_argument("study", metavar="STUDY", help="the study directory (plan.json, annotations/)")
@@ -43,25 +33,6 @@ def add_validation_commands(sub: argparse._SubParsersAction) -> None:
 def _fail(command: str, exc: Exception) -> int:
     print(f"retrace {command}: {exc}", file=sys.stderr)
     return 2
-
-
-def cmd_sample_plan(args: argparse.Namespace, extra: list[str] | None = None) -> int:
-    from pytest_retrace.validation.sampling import draw_plan
-
-    try:
-        annotators = [a.strip() for a in args.annotators.split(",") if a.strip()]
-        plan = draw_plan([Path(r) for r in args.runs], annotators, args.per_alternative, args.seed, args.judge)
-    except ValueError as exc:  # SamplingError, SampleError, VerdictError
-        return _fail("sample-plan", exc)
-    path = plan.write(Path(args.out))
-    for alternative, available in plan.available.items():
-        drawn = sum(alternative in (p.alternative, *p.also_for) for p in plan.samples)
-        print(f"{alternative}: {drawn} drawn of {available} disagreeing with ReTrace")
-    for i in range(0, len(plan.annotators), 2):
-        pair = plan.annotators[i:i + 2]
-        print(f"{' & '.join(pair)}: {sum(p.annotators == pair for p in plan.samples)} samples")
-    print(f"wrote {path}: {len(plan.samples)} samples", file=sys.stderr)
-    return 0
 
 
 def _thresholds(text: str) -> list[float]:

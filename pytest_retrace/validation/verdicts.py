@@ -106,7 +106,7 @@ def read_annotations(study: Path, plan: Plan) -> dict[str, dict[str, Annotation]
                 raise VerdictError(f"{where}: unknown sample {a.sample!r}: not in {study}'s plan")
             if a.annotator not in planned[a.sample].annotators:
                 raise VerdictError(f"{where}: sample {a.sample!r} was planned for "
-                                   f"{', '.join(planned[a.sample].annotators)}, not {a.annotator!r}")
+                                   f"{', '.join(planned[a.sample].annotators) or 'nobody'}, not {a.annotator!r}")
             out.setdefault(a.sample, {})[a.annotator] = a
     return out
 

@@ -185,7 +185,7 @@ def test_the_command_from_runs_on_disk(tmp_path: Path, capsys: pytest.CaptureFix
         {"name": "b", "r_o": False, "r_tc": True, "ssim": 0.9},
     ])
     study = tmp_path / "study"
-    assert main(["sample-plan", str(run), "--annotators", "x,y", "--per-alternative", "2", "--seed", "0",
+    assert main(["annotate", "--sample", str(run), "--annotators", "x,y", "--per-alternative", "2", "--seed", "0",
                  "--out", str(study)]) == 0
     plan = Plan.read(study)
     for who in ("x", "y"):  # both say the R_O sample (a) was not recovered, the R_TC one (b) was

@@ -98,7 +98,7 @@ def test_the_command_draws_from_a_run_on_disk(tmp_path: Path, capsys: pytest.Cap
         {"name": "b", "r_o": False, "r_tc": True, "ssim": 0.9},
         {"name": "c", "r_o": True, "r_tc": True, "ssim": 1.0},
     ])
-    argv = ["sample-plan", str(run / "results.jsonl"), "--annotators", "x,y", "--per-alternative", "5", "--seed",
+    argv = ["annotate", "--sample", str(run / "results.jsonl"), "--annotators", "x,y", "--per-alternative", "5", "--seed",
             "3", "--out", str(tmp_path / "study")]
     assert main(argv) == 0
     plan = json.loads((tmp_path / "study" / "plan.json").read_text())
@@ -107,6 +107,9 @@ def test_the_command_draws_from_a_run_on_disk(tmp_path: Path, capsys: pytest.Cap
     assert plan["runs"] == [str(run.resolve())]
     assert "r_o: 1 drawn of 1 disagreeing with ReTrace" in capsys.readouterr().out
     first = (tmp_path / "study" / "plan.json").read_bytes()
-    assert main(argv) == 0 and (tmp_path / "study" / "plan.json").read_bytes() == first
-    assert main([*argv[:1], str(run), str(run), *argv[2:]]) == 2  # the same run twice
+    assert main(argv) == 2 and "a plan is fixed once made" in capsys.readouterr().err  # never overwritten
+    (tmp_path / "study" / "plan.json").unlink()
+    assert main(argv) == 0 and (tmp_path / "study" / "plan.json").read_bytes() == first  # drawn again: the same
+    (tmp_path / "study" / "plan.json").unlink()
+    assert main([*argv[:2], str(run), str(run), *argv[3:]]) == 2  # the same run twice
     assert "given twice" in capsys.readouterr().err
