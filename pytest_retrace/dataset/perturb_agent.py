@@ -57,6 +57,11 @@ class StepBudget:
     def count_looks(self) -> bool:
         return self.protocol == "paper"
 
+    def __str__(self) -> str:
+        if self.count_looks:
+            return f"paper protocol: {self.steps} step(s) = d {self.d} + extra_steps {self.extra_steps}, a look spends one"
+        return f"default protocol: {self.d} action(s), looks free"
+
 
 def step_budget(protocol: str, d: int, config: ModelConfig) -> StepBudget:
     """The budget a model gets under a protocol. The rule applies under the paper's counting only: under the
@@ -109,15 +114,19 @@ class PerturbationAgents:
             self.log(f"  {traj.id}@{t_seed} {p.name}: {exc}, excluded")
             return "crash"
         done = [s for s in ran.steps if s.action["action"] not in NOT_ACTIONS]
-        looks = sum(s.action["action"] == "observe" for s in ran.steps)
+        looked = any(s.action["action"] == "observe" for s in ran.steps)
+        reason = None
         if ran.failed_actions or any(s.error for s in done):
-            return "perturbation agent failed"  # an action that did not run cleanly cannot be replayed
-        if not done:
-            if looks and ran.actions_used >= budget.steps:
-                return "perturbation budget spent on looks"
-            return "perturbation agent did nothing"
-        if len(done) > p.d:
-            return "perturbation agent took more than d actions"
+            reason = "perturbation agent failed"  # an action that did not run cleanly cannot be replayed
+        elif not done:
+            spent = looked and ran.actions_used >= budget.steps
+            reason = "perturbation budget spent on looks" if spent else "perturbation agent did nothing"
+        elif len(done) > p.d:
+            reason = "perturbation agent took more than d actions"
+        if reason is not None:
+            self.log(f"  {traj.id}@{t_seed} {p.name}: {reason} ({budget}: {ran.agent_turns} turn(s), "
+                     f"{len(done)} action(s)), excluded")
+            return reason
         rationale = next((s.rationale for s in reversed(ran.steps) if s.rationale), "")
         record = {"model": config.name, "protocol": budget.protocol,
                   "rule": config.perturbation.model_dump(), "budget": budget.steps,

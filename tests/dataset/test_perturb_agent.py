@@ -91,6 +91,10 @@ def test_the_paper_protocol_counts_the_look_and_gpt54s_rule_pays_for_it(
         text = "\n".join(log)
         assert ("[perturb] kept 4; excluded perturbation agent took more than d actions: 1, "
                 "perturbation budget spent on looks: 1") in text, text
+        assert ("agent-gpt54-norule-short: perturbation budget spent on looks (paper protocol: 1 step(s) = d 1 "
+                "+ extra_steps 0, a look spends one: 1 turn(s), 0 action(s)), excluded") in text
+        assert ("agent-twice-short: perturbation agent took more than d actions (paper protocol: 2 step(s) = d 1 "
+                "+ extra_steps 1, a look spends one: 2 turn(s), 2 action(s)), excluded") in text
         # gpt54: short 2 calls (look, act), long 3 (look, act, done); norule: short 1 (look), long 3
         assert len(paper_requests) == 9 and all(r.error is None for r in paper_requests)
         [case] = [load_case(p) for p in cfg.out.rglob("*.yaml")]  # the others are the same mistake: duplicates
