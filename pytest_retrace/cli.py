@@ -198,7 +198,7 @@ def _cmd_build(args: argparse.Namespace, extra: list[str]) -> int:
                       osworld_settle_quiet=args.osworld_settle_quiet,
                       replays=args.replays, seeds_per_trajectory=args.seeds, seed=args.seed,
                       per_domain=args.per_domain, near_identical=args.near_identical, agents=args.agent,
-                      perturb_agents=args.perturb_agent,
+                      perturb_agents=args.perturb_agent, protocol=args.protocol,
                       **({"catalogue": Path(args.catalogue)} if args.catalogue else {}))
     env_config = _env_config(args)
     if env_config is None:
@@ -318,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--perturb-agent", action="append", default=[],
                      help="also let this model (agents/NAME.yaml) make mistakes from each target (the paper's "
                           "perturbation agent), besides the scripted catalogue")
+    bld.add_argument("--protocol", choices=["default", "paper"], default="default",
+                     help="how a perturbation agent's budget counts: default, d actions (a look is free); paper, "
+                          "d steps, a look spending one, plus the model config's perturbation.extra_steps "
+                          "(GPT-5.4: 1, paper A.1)")
     bld.add_argument("--osworld", action="append", default=[], help="an OSWorld results directory")
     bld.add_argument("--osworld-examples", help="OSWorld evaluation_examples/examples (task definitions)")
     bld.add_argument("--osworld-cache", metavar="DIR", help=_CACHE_HELP)

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_retrace.actions import Action
 from pytest_retrace.registry import Registry, RegistryError, UnknownName
@@ -154,6 +155,17 @@ class ChatModel(Protocol):
 
 
 # -- configs -------------------------------------------------------------------------------------------
+class PerturbationRule(BaseModel):
+    """``perturbation:`` in a model config: how ``retrace build --perturb-agent`` drives this model (paper A.1).
+    ``extra_steps``: steps added to the perturbation agent's step budget d under ``--protocol paper``, where a
+    look-only turn spends a step; the mistake itself still takes at most d actions (docs/agents.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # at most 5: a long horizon's d; more looks than that before a mistake is a typo, not a model's habit
+    extra_steps: int = Field(0, ge=0, le=5, strict=True)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A model as described by ``agents/NAME.yaml`` (an alias file names another config instead)."""
@@ -163,6 +175,7 @@ class ModelConfig:
     strategies: tuple[str, ...] = ("implicit",)
     options: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    perturbation: PerturbationRule = field(default_factory=PerturbationRule)
 
     @property
     def where(self) -> str:
@@ -212,7 +225,7 @@ def _lookup(registry: Registry[Any], provider: str, what: str, where: str) -> An
 
 
 STRATEGY_NAMES = ("implicit", "explicit-0E", "explicit-0R", "explicit-none", "explicit-context")
-_CONFIG_FIELDS = {"name", "provider", "strategy", "options", "description", "alias"}
+_CONFIG_FIELDS = {"name", "provider", "strategy", "options", "description", "alias", "perturbation"}
 
 
 def load_model_config(name: str, search: list[Path], _seen: tuple[str, ...] = ()) -> ModelConfig:
@@ -264,7 +277,20 @@ def _parse_config(name: str, path: Path, raw: dict[str, Any]) -> ModelConfig:
     if not isinstance(options, dict):
         raise AgentConfigError(f"{path}: options: must be a mapping")
     return ModelConfig(name=str(raw.get("name", name)), provider=provider, strategies=tuple(strategies),
-                       options=options, path=path)
+                       options=options, path=path, perturbation=_perturbation_rule(path, raw.get("perturbation")))
+
+
+def _perturbation_rule(path: Path, raw: Any) -> PerturbationRule:
+    if raw is None:
+        return PerturbationRule()
+    if not isinstance(raw, dict):
+        raise AgentConfigError(f"{path}: perturbation: must be a mapping (e.g. {{extra_steps: 1}}), got {raw!r}")
+    try:
+        return PerturbationRule.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise AgentConfigError(f"{path}: perturbation.{where}: {err['msg']}, got {err['input']!r}") from None
 
 
 def _construct(factory: Any, config: ModelConfig) -> Any:
@@ -278,8 +304,6 @@ def _construct(factory: Any, config: ModelConfig) -> Any:
 
 def parse_options(schema: type[Any], config: ModelConfig) -> Any:
     """Validate a config's ``options`` against a provider's pydantic model; errors name file and field."""
-    from pydantic import ValidationError
-
     try:
         return schema.model_validate(config.options)
     except ValidationError as exc:
@@ -304,7 +328,23 @@ def create_chat(config: ModelConfig) -> ChatModel:
 
 
 __all__ = [
-    "Agent", "AgentConfigError", "AgentContext", "AgentInfraError", "AgentTurn", "ChatModel", "HistoryStep",
-    "ModelConfig", "Observation", "STRATEGY_NAMES", "Usage", "agent_factory", "create_agent", "create_chat", "load_model_config",
-    "parse_options", "register_agent", "register_chat",
+    "STRATEGY_NAMES",
+    "Agent",
+    "AgentConfigError",
+    "AgentContext",
+    "AgentInfraError",
+    "AgentTurn",
+    "ChatModel",
+    "HistoryStep",
+    "ModelConfig",
+    "Observation",
+    "PerturbationRule",
+    "Usage",
+    "agent_factory",
+    "create_agent",
+    "create_chat",
+    "load_model_config",
+    "parse_options",
+    "register_agent",
+    "register_chat",
 ]

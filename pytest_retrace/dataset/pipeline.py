@@ -8,7 +8,8 @@ delete a stage's file, or pass --from STAGE, to redo it and everything after it)
                every step is kept from these replays (the canonical target screenshots)
 3. seeds       sample target steps t_seed per trajectory with a fixed seed (only steps whose screen was
                identical on every replay)
-4. perturb     drive each target off track with the scripted catalogue; keep a candidate only if the error
+4. perturb     drive each target off track with the scripted catalogue (and the perturbation agents:
+               perturb_agent.py, whose budget --protocol decides); keep a candidate only if the error
                is real (Φ fails from the error state) or, for visual-only mistakes, visible; run twice and
                exclude anything nondeterministic; crashes excluded and counted. Each candidate's outcome is
                journaled (4-perturb.partial.jsonl) as it comes: an interrupted stage resumes where it stopped
@@ -29,9 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pytest_retrace.actions import Action
 from pytest_retrace.dataset.casewrite import save_png, screen_digest, write_case
 from pytest_retrace.dataset.catalogue import (
     CATALOGUE,
@@ -42,6 +40,7 @@ from pytest_retrace.dataset.catalogue import (
     load_catalogue,
 )
 from pytest_retrace.dataset.final import print_tables, sample_per_domain
+from pytest_retrace.dataset.perturb_agent import PerturbationAgents
 from pytest_retrace.dataset.share import share_duplicates
 from pytest_retrace.dataset.trajectory import (
     Dropped,
@@ -72,6 +71,7 @@ class BuildConfig:
     osworld_settle_quiet: float | None = None  # an imported task's quiet window after each action
     agents: list[str] = field(default_factory=list)  # model configs rolled out on the scripted tasks
     perturb_agents: list[str] = field(default_factory=list)  # model configs making mistakes (besides the catalogue)
+    protocol: str = "default"  # "paper": a perturbation agent's look spends a step (dataset/perturb_agent.py)
     agent_dirs: list[Path] = field(default_factory=lambda: [Path("agents")])
     replays: int = 3
     seeds_per_trajectory: int = 3
@@ -85,9 +85,11 @@ class BuildConfig:
     catalogue: Path = CATALOGUE
 
 
-def _job_key(job: tuple[Trajectory, int, Perturbation | AgentPerturbation]) -> str:
+def _job_key(job: tuple[Trajectory, int, Perturbation | AgentPerturbation], protocol: str) -> str:
     traj, t_seed, p = job
-    return f"{traj.id}@{t_seed}:{p.name}"
+    # an agent's budget depends on the protocol: a journal of the other protocol's outcomes is not resumed
+    paper = " (paper)" if isinstance(p, AgentPerturbation) and protocol == "paper" else ""
+    return f"{traj.id}@{t_seed}:{p.name}{paper}"
 
 
 class Builder:
@@ -96,7 +98,7 @@ class Builder:
 
     def __init__(self, cfg: BuildConfig, envs: list[Environment], log: Any = print) -> None:
         self.cfg, self.envs, self.log = cfg, envs, log
-        self._perturbers: dict[tuple[str, int], Any] = {}  # (model, id(env)) -> agent: one per desktop thread
+        self._perturbers = PerturbationAgents(cfg.agent_dirs, cfg.protocol, log)
 
     def _map(self, fn: Callable[[Environment, Any], Any], items: Iterable[Any]) -> list[Any]:
         from concurrent.futures import ThreadPoolExecutor
@@ -253,12 +255,12 @@ class Builder:
         journal = self.path("perturb").with_suffix(".partial.jsonl")
         done = read_journal(journal)
         if done:
-            self.log(f"[perturb] resuming: {sum(_job_key(j) in done for j in jobs)} of {len(jobs)} candidates "
+            self.log(f"[perturb] resuming: {sum(_job_key(j, self.cfg.protocol) in done for j in jobs)} of {len(jobs)} candidates "
                      f"done already ({journal.name})")
         lock = threading.Lock()
 
         def perturb(env: Environment, job: tuple[Trajectory, int, Perturbation | AgentPerturbation]) -> Any:
-            key = _job_key(job)
+            key = _job_key(job, self.cfg.protocol)
             if key in done:
                 return done[key]
             outcome = self._perturb(env, job)
@@ -274,9 +276,7 @@ class Builder:
                 else:
                     kept.append(outcome)
         finally:
-            for agent in self._perturbers.values():
-                agent.close()
-            self._perturbers.clear()
+            self._perturbers.close()
         self._finish("perturb", kept, **dropped)
         journal.unlink(missing_ok=True)
 
@@ -287,44 +287,14 @@ class Builder:
             groups[(p.intent, p.horizon)].append(p)
         return [rng.choice(groups[k]) for k in sorted(groups)][: self.cfg.perturbations_per_target]
 
-    def _agent_mistake(self, env: Environment, traj: Trajectory, t_seed: int, target: np.ndarray,
-                       p: AgentPerturbation) -> tuple[tuple[Action, ...], str] | str:
-        """Let the perturbation agent act from the target state; its executed actions are the mistake."""
-        from pytest_retrace.agents import AgentContext, create_agent, load_model_config
-        from pytest_retrace.replay.drive import drive
-        from pytest_retrace.replay.result import InfraError
-        from pytest_retrace.screen.similarity import differing_pixels
-
-        key = (p.model, id(env))
-        if key not in self._perturbers:
-            self._perturbers[key] = create_agent(load_model_config(p.model, self.cfg.agent_dirs))
-        reset(env, traj.task, traj.base_dir)
-        for action in traj.actions[:t_seed]:
-            execute(env, action)
-        if differing_pixels(env.screenshot(), target) > 0:
-            return "target not reproduced"
-        context = AgentContext(instruction=traj.task.instruction, mode="perturbation", strategy="perturbation",
-                               budget=p.d, screen=tuple(env.size))
-        try:
-            ran = drive(env, self._perturbers[key], context, p.d)
-        except InfraError as exc:
-            self.log(f"  {traj.id}@{t_seed} {p.name}: {exc}, excluded")
-            return "crash"
-        done = [s for s in ran.steps if s.action["action"] not in ("done", "fail", "invalid")]
-        if ran.failed_actions or any(s.error for s in done):
-            return "perturbation agent failed"  # an action that did not run cleanly cannot be replayed
-        if not done:
-            return "perturbation agent did nothing"
-        rationale = next((s.rationale for s in reversed(ran.steps) if s.rationale), "")
-        return tuple(Action.from_dict(s.action) for s in done), " ".join(rationale.split())[:300]
-
     def _perturb(self, env: Environment, job: tuple[Trajectory, int, Perturbation | AgentPerturbation]
                  ) -> dict[str, Any] | str:
         traj, t_seed, p = job
         target = load_png(self.cfg.work / "shots" / traj.id / f"step-{t_seed:03d}.png")
+        agent: dict[str, Any] = {}
         if isinstance(p, AgentPerturbation):
             try:
-                made = self._agent_mistake(env, traj, t_seed, target, p)
+                made = self._perturbers.mistake(env, traj, t_seed, target, p)
             except Rejected as exc:
                 return exc.reason
             except EnvError as exc:
@@ -332,7 +302,7 @@ class Builder:
                 return "crash"
             if isinstance(made, str):
                 return made
-            actions, mistake = made
+            actions, mistake, agent = made.actions, made.mistake, {"agent": made.record}
         else:
             actions, mistake = p.actions, p.mistake
         try:
@@ -355,7 +325,8 @@ class Builder:
                 "kind": got.kind, "ssim": round(got.ssim, 6), "suffix_passes": got.suffix_passes,
                 "identical": got.identical, "probes": [q.model_dump(mode="json") for q in probes],
                 "error_state": got.error_state,
-                "target_digest": screen_digest(target), "error_digest": screen_digest(got.error), "error_png": str(err_png)}
+                "target_digest": screen_digest(target), "error_digest": screen_digest(got.error), "error_png": str(err_png),
+                **agent}
 
     # -- 5 ----------------------------------------------------------------------------------------
     def stage_final(self) -> None:

@@ -27,11 +27,13 @@ from pytest_retrace.replay.result import (
 from pytest_retrace.text import clip
 
 
-def drive(env: Environment, agent: Agent, context: AgentContext, budget: int) -> RecoveryResult:
+def drive(env: Environment, agent: Agent, context: AgentContext, budget: int,
+          count_looks: bool = False) -> RecoveryResult:
     """Let an agent act from the environment's current state under the same rules as a recovery (the
-    dataset pipeline's perturbation agent uses it); ``steps`` holds what it did."""
+    dataset pipeline's perturbation agent uses it); ``steps`` holds what it did. ``count_looks``: a look-only
+    turn spends a step of the budget (the paper's step counting, as ReplayOptions.count_looks)."""
     result = RecoveryResult("", 0.0, budget=budget)
-    recover(env, agent, context, ReplayOptions(budget=budget), result)
+    recover(env, agent, context, ReplayOptions(budget=budget, count_looks=count_looks), result)
     return result
 
 
