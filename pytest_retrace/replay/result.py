@@ -112,6 +112,9 @@ class RecoveryResult:
     context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls
     steps: list[StepLog] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # the harness's own CPU-seconds per stage: this process and its threads (not the desktop's processes: an X
+    # server, the apps, a helper it starts), what benchmarks/bench_cpu.py splits the cost of a test by
+    cpu: dict[str, float] = field(default_factory=dict)
     unobserved: str | None = None  # why the recovered screen could not be read (the agent's doing: R_O false)
     recovered_screenshot: np.ndarray | None = field(default=None, repr=False)
     target_screenshot: np.ndarray | None = field(default=None, repr=False)
@@ -140,7 +143,7 @@ def timed_stage(result: RecoveryResult, opts: ReplayOptions, name: str, title: s
     stage = Stage(name, title, turn)
     if opts.observer is not None:
         opts.observer.stage_start(stage)
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     try:
         yield stage
     except InfraError as exc:
@@ -150,6 +153,7 @@ def timed_stage(result: RecoveryResult, opts: ReplayOptions, name: str, title: s
         stage.seconds = time.monotonic() - start
         if name != "turn":  # turns are part of "recover"
             result.timings[name] = round(result.timings.get(name, 0.0) + stage.seconds, 4)
+            result.cpu[name] = round(result.cpu.get(name, 0.0) + time.process_time() - cpu, 4)
         if opts.observer is not None:
             opts.observer.stage_end(stage)
 

@@ -38,13 +38,14 @@ from pytest_retrace.replay.strategies import build_context
 def run_case(env: Environment, case: RecoveryCase, agent: Agent, opts: ReplayOptions) -> RecoveryResult:
     """Run one case end to end. Never raises for infra failures: they land in ``result.error``."""
     result = RecoveryResult(case.id, opts.ssim_threshold, budget=opts.budget)
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     try:
         _run(env, case, agent, opts, result)
     except InfraError as exc:
         result.error = exc
     finally:
         result.timings["total"] = round(time.monotonic() - start, 4)
+        result.cpu["total"] = round(time.process_time() - cpu, 4)
     return result
 
 

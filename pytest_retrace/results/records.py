@@ -108,6 +108,7 @@ class Record(_Model):
     usage: dict[str, Any] = {}  # the agent's model calls, tokens, cost
     context_usage: dict[str, Any] = {}  # the contextualizer's and verifier's
     timings: dict[str, float] = {}  # seconds per stage
+    cpu: dict[str, float] = {}  # the harness's own CPU-seconds per stage (this worker; not the desktop's processes)
     actions: list[Step] = []
     artifacts: dict[str, str] = Field(default_factory=dict)  # name -> path, relative to the run directory
 
