@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_retrace.actions import Action
-from pytest_retrace.agents import AgentConfigError, AgentContext
+from pytest_retrace.agents import AgentConfigError, AgentContext, ModelConfig
 
 # key -> default file, relative to the prompts directory
 FILES: dict[str, str] = {
@@ -138,3 +138,11 @@ _ALL_PLACEHOLDERS: dict[str, object] = {
     "instruction": "", "budget": 0, "screen_width": 0, "screen_height": 0, "image_width": 0, "image_height": 0,
     "steps": 0, "state": "",
 }
+
+
+def config_prompts(config: ModelConfig) -> Prompts:
+    """The prompt files a chat model config reads: its ``prompts_dir`` (relative to the config file; the current
+    directory for a config made in code) and its ``prompts`` overrides."""
+    base = config.path.parent if config.path else Path.cwd()
+    return Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -33,7 +32,7 @@ from pytest_retrace.agents import (
     create_chat,
     parse_options,
 )
-from pytest_retrace.agents.prompts import Image, Part, Prompts, Text
+from pytest_retrace.agents.prompts import Image, Part, Prompts, Text, config_prompts
 from pytest_retrace.registry import Registry
 
 Role = Literal["error", "recovery"]
@@ -190,8 +189,7 @@ def create_detector(role: Role, config: ModelConfig) -> Any:
             raise AgentConfigError(f"{config.where}: provider {config.provider} is not {what} detector")
         return DETECTORS.get(config.provider)(config)
     chat = create_chat(config)
-    base = config.path.parent if config.path else Path.cwd()
-    prompts = Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+    prompts = config_prompts(config)
     key = "error_detector_system" if role == "error" else "recovery_detector_system"
     prompts.text(key, steps=0, error_step=1)  # a missing or broken prompt file is a config error now
     cls = LLMErrorDetector if role == "error" else LLMRecoveryStepDetector

@@ -64,7 +64,7 @@ def retrace_agent(retrace_run: CaseRun, _retrace_agents: dict[str, Any]) -> Any:
 @pytest.fixture(scope="session")
 def _retrace_judges(request: pytest.FixtureRequest) -> Any:
     """The contextualizer (explicit-context) and the state verifier, when configured: one each per process."""
-    from pytest_retrace.agents.prompts import Prompts
+    from pytest_retrace.agents.prompts import Prompts, config_prompts
     from pytest_retrace.replay.strategies import Contextualizer
     from pytest_retrace.replay.verifier import StateVerifier
 
@@ -75,8 +75,7 @@ def _retrace_judges(request: pytest.FixtureRequest) -> Any:
         if config is None:
             return None
         made.append(model := create_chat(config))
-        base = config.path.parent if config.path else Path.cwd()
-        return model, Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+        return model, config_prompts(config)
 
     ctx, ver = chat(settings.contextualizer), chat(settings.verifier)
     yield (Contextualizer(*ctx) if ctx else None, StateVerifier(*ver) if ver else None)

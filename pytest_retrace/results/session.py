@@ -24,10 +24,9 @@ if TYPE_CHECKING:
 def _prompt_files(model: ModelConfig) -> dict[str, Path]:
     """The prompt files a model config's agent reads (its prompts_dir, its overrides): the recovery intention's
     references."""
-    from pytest_retrace.agents.prompts import Prompts
+    from pytest_retrace.agents.prompts import config_prompts
 
-    base = model.path.parent if model.path else Path.cwd()
-    return dict(Prompts(base, model.options.get("prompts_dir", "prompts"), model.options.get("prompts")).paths)
+    return dict(config_prompts(model).paths)
 
 
 def new_run_name(models: list[str]) -> str:

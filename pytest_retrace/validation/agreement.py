@@ -299,14 +299,15 @@ def markdown(a: Agreement) -> str:
 
 def plot(a: Agreement, path: Path) -> Path:
     """One PNG, three panels: Table 1's win rates, Table 12's alignment, Table 13's thresholds."""
-    import matplotlib.style
     from matplotlib.figure import Figure
+
+    from pytest_retrace.results.plotkit import DPI, style
 
     path.parent.mkdir(parents=True, exist_ok=True)
     panels = [("ReTrace's win rate (Table 1)", [w.label for w in a.wins], [w.win_rate for w in a.wins]),
               ("Alignment, R_O ≠ R_TC (Table 12)", [r.oracle for r in a.alignment], [r.rate for r in a.alignment]),
               ("R_O by SSIM threshold (Table 13)", [r.oracle for r in a.thresholds], [r.rate for r in a.thresholds])]
-    with matplotlib.style.context("default"):  # not the user's matplotlibrc: the same data, the same picture
+    with style():  # the run's figures' deterministic style: the same data, the same picture
         fig = Figure(figsize=(13, 4.2))
         for i, (title, names, rates) in enumerate(panels):
             ax = fig.add_subplot(1, 3, i + 1)
@@ -322,5 +323,5 @@ def plot(a: Agreement, path: Path) -> Path:
             if i == 0:
                 ax.axhline(50, color="grey", linestyle="--", linewidth=0.8)  # a coin's win rate
         fig.tight_layout()
-        fig.savefig(path, dpi=120, metadata={"Software": None}, facecolor="white")
+        fig.savefig(path, dpi=DPI, metadata={"Software": None}, facecolor="white")
     return path

@@ -26,7 +26,7 @@ from pathlib import Path
 from pytest_retrace.actions import Action, ActionError
 from pytest_retrace.actions.pyautogui_render import to_pyautogui
 from pytest_retrace.agents import AgentInfraError, ChatModel, ModelConfig, Usage, create_chat
-from pytest_retrace.agents.prompts import JUDGE_KEY, Image, Part, Prompts, Text
+from pytest_retrace.agents.prompts import JUDGE_KEY, Image, Part, Prompts, Text, config_prompts
 from pytest_retrace.replay.cases import load_png
 from pytest_retrace.results.records import Step
 from pytest_retrace.text import clip
@@ -135,8 +135,7 @@ class Judge:
 def create_judge(config: ModelConfig) -> Judge:
     """The judge a chat model config describes; its prompt ``judge_system`` is read now (a config error, else)."""
     chat = create_chat(config)
-    base = config.path.parent if config.path else Path.cwd()
-    prompts = Prompts(base, config.options.get("prompts_dir", "prompts"), config.options.get("prompts"))
+    prompts = config_prompts(config)
     prompts.text(JUDGE_KEY)
     return Judge(config.name, chat, prompts)
 
