@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.composer import ComposerError
-from yaml.constructor import ConstructorError
+from yaml.composer import Composer, ComposerError
+from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.resolver import Resolver
 
 from pytest_retrace.text import show as _show
 
@@ -29,15 +30,13 @@ class CaseError(Exception):
         super().__init__(f"{path}: {field}: {message}" if field else f"{path}: {message}")
 
 
-class CaseLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, minus what a case file never needs and a hostile one can abuse: duplicate keys
-    (PyYAML silently keeps the last), nesting deep enough to exhaust the composer's recursion, aliases
-    that expand to millions of values (a "billion laughs"), and integers too long to convert."""
+class _CaseChecks:
+    """What a case file never needs and a hostile one can abuse, refused: duplicate keys (PyYAML silently
+    keeps the last), nesting deep enough to exhaust the composer's recursion, aliases that expand to millions
+    of values (a "billion laughs"), and integers too long to convert. Mixed into a SafeLoader below."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0
+    _depth = 0
+    _nodes = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         # checked while composing, so that a huge or deep document is abandoned early, not after the fact
@@ -96,7 +95,31 @@ class CaseLoader(yaml.SafeLoader):
             raise ConstructorError(None, None, "integer too large", node.start_mark) from None
 
 
+class CaseLoader(_CaseChecks, yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's SafeLoader with the checks above, all in Python."""
+
+
 CaseLoader.add_constructor("tag:yaml.org,2002:int", CaseLoader.construct_yaml_int)
+
+if getattr(yaml, "__with_libyaml__", False):
+    from yaml._yaml import CParser
+
+    class FastCaseLoader(_CaseChecks, Composer, SafeConstructor, Resolver, CParser):  # type: ignore[misc]
+        """The same checks, on libyaml's events: the C parser scans (three quarters of the pure-Python
+        loader's time, and every xdist worker loads every case at collection), while nodes are still composed
+        in Python, where the checks above run as the document is built. Yields exactly CaseLoader's result
+        (tests/replay/test_caseyaml.py)."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    FastCaseLoader.add_constructor("tag:yaml.org,2002:int", FastCaseLoader.construct_yaml_int)
+    LOADER: type = FastCaseLoader
+else:  # PyYAML built without libyaml
+    LOADER = CaseLoader
 
 
 def read_yaml(path: Path) -> Any:
@@ -108,7 +131,7 @@ def read_yaml(path: Path) -> Any:
             data = fh.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
             raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
-        return yaml.load(data.decode("utf-8"), Loader=CaseLoader)  # a SafeLoader subclass
+        return yaml.load(data.decode("utf-8"), Loader=LOADER)  # a SafeLoader with the checks
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from pytest_retrace.actions import Action, ActionError, parse_action
 from pytest_retrace.envs.steps import GUEST_HOME, MAX_TIMEOUT, FileStep, LaunchStep
+from pytest_retrace.replay import caseyaml
 from pytest_retrace.replay.cases import MAX_METADATA_BYTES, MAX_SCREEN, CaseError, RecoveryCase, load_case
 from tests.helpers import VALID, write_case
 
@@ -148,6 +149,22 @@ def test_load_case_on_random_text(case_dir: Path, text: str) -> None:
         assert_in_documented_ranges(load_case(path))
     except CaseError:
         pass
+
+
+@FAST
+@given(text=mutated_documents() | st.text(max_size=200))
+def test_the_libyaml_loader_accepts_and_refuses_what_the_python_one_does(text: str) -> None:
+    # read_yaml parses on libyaml's events for speed; the checks and the result must not change with it
+    def load(loader: type) -> tuple[str, Any]:
+        try:
+            return "ok", yaml.load(text, Loader=loader)
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+            return "refused", type(exc).__name__ if isinstance(exc, yaml.YAMLError) else "value"
+    fast, python = load(caseyaml.LOADER), load(caseyaml.CaseLoader)
+    if python[0] == "ok":
+        assert fast == python
+    else:
+        assert fast[0] == "refused"
 
 
 ACTION_FIELDS = ["action", "x", "y", "x2", "y2", "button", "clicks", "dx", "dy", "text", "keys", "presses",

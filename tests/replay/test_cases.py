@@ -14,6 +14,7 @@ import yaml
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs.steps import FileStep, LaunchStep
+from pytest_retrace.replay import caseyaml
 from pytest_retrace.replay.cases import CaseError, load_case
 from tests.helpers import REPO, SCREEN, VALID, write_case
 from tests.helpers import png as _png
@@ -256,7 +257,7 @@ MALFORMED: list[tuple[str, Mutate | str, str, list[str]]] = [
      "line 1, column 23", ["more than 10000 values once aliases are expanded"]),
     ("yaml-too-many-values", "a: [" + "1, " * 20_000 + "1]\n", "line 1, column 29996", ["more than 10000 values"]),
     ("yaml-recursive-alias", "a: &a [*a]\n", "line 1, column 4", ["nested deeper than 50 levels"]),
-    ("yaml-deep-nesting", "a: " + "[" * 10_000 + "]" * 10_000 + "\n", "line 1, column 53",
+    ("yaml-deep-nesting", "a: " + "[" * 900 + "]" * 900 + "\n", "line 1, column 53",
      ["nested deeper than 50 levels"]),
     ("yaml-huge-integer", "t_seed: " + "9" * 5000 + "\n", "line 1, column 9", ["integer too large"]),
     ("yaml-python-tag", "t_seed: !!python/object/apply:os.system [id]\n", "line 1, column 9",
@@ -285,6 +286,22 @@ def test_malformed_case(tmp_path: Path, source: Mutate | str, field: str, fragme
     assert "broken-case.yaml" in text
     for fragment in fragments:
         assert fragment in text, text
+
+
+@pytest.mark.parametrize("loader", [caseyaml.CaseLoader, caseyaml.LOADER])
+def test_very_deep_nesting_is_refused_by_either_loader(loader: type) -> None:
+    # libyaml refuses 1000 levels itself, before our composer counts 51: either way a clear error, no recursion
+    with pytest.raises(yaml.YAMLError) as info:
+        yaml.load("a: " + "[" * 10_000 + "]" * 10_000 + "\n", Loader=loader)
+    assert getattr(info.value, "problem", "") in ("nested deeper than 50 levels", "exceeded maximum nesting depth")
+
+
+def test_the_libyaml_loader_reads_every_shipped_case_as_the_python_one_does() -> None:
+    files = sorted((REPO / "cases").rglob("*.yaml")) + sorted((REPO / "cases-osworld").rglob("*.yaml"))
+    assert len(files) > 300
+    for path in files:
+        text = path.read_text()
+        assert yaml.load(text, Loader=caseyaml.LOADER) == yaml.load(text, Loader=caseyaml.CaseLoader), path
 
 
 def test_several_problems_are_counted(tmp_path: Path) -> None:
