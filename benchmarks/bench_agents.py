@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import userrun
 import yaml
 
 from pytest_retrace.results import rundir
@@ -30,13 +31,13 @@ from pytest_retrace.testing import LoopbackServer, UndoingClaude
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(workers: int, agents: Path, reports: Path, extra: list[str]) -> tuple[float, list[dict]]:
+def run(workers: int, agents: Path, reports: Path, extra: list[str], env: dict[str, str]) -> tuple[float, list[dict]]:
     name = f"n{workers}"
-    cmd = [sys.executable, "-m", "pytest", "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
-           f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-p", "no:cacheprovider", "-q",
+    cmd = [*userrun.PYTEST, "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
+           f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-q",
            *(["-n", str(workers)] if workers > 1 else []), *extra]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, check=False)
     elapsed = time.monotonic() - start
     path = rundir.results_file(reports / name)
     if proc.returncode not in (0, 1) or not path.exists():
@@ -59,12 +60,12 @@ def main() -> None:
         agents.mkdir()
         (agents / "prompts").symlink_to(REPO / "agents" / "prompts")
         (agents / "loopback-claude.yaml").write_text(yaml.safe_dump(config))
-        os.environ.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-bench")
+        env = userrun.environment(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-bench")
         extra = ["-k", args.k] if args.k else []
         rows, notes, first = [], [], None
         for n in args.workers:
             server.responder.peak = 0  # type: ignore[attr-defined]
-            elapsed, recs = run(n, agents, reports, extra)
+            elapsed, recs = run(n, agents, reports, extra, env)
             verdicts = {r["nodeid"]: r["verdict"] for r in recs}
             first = first or (elapsed, verdicts)
             same = "yes" if verdicts == first[1] else (

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+import userrun
 import yaml
 
 from pytest_retrace.results import rundir
@@ -86,8 +87,8 @@ def run_app(cases: str, args: argparse.Namespace, agents: Path, reports: Path, e
     """One pytest run over ``cases`` under process accounting: (wall, CPU-seconds of every process it started and
     reaped, its records, the accounted processes)."""
     name = cases.strip("/").replace("/", "-")
-    cmd = [sys.executable, "-m", "pytest", cases, "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
-           f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-p", "no:cacheprovider", "-q",
+    cmd = [*userrun.PYTEST, cases, "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
+           f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-q",
            *(["-n", str(args.workers)] if args.workers > 1 else []),
            *(["--retrace-sample", str(args.sample)] if args.sample else [])]
     pacct.unlink(missing_ok=True)
@@ -123,7 +124,7 @@ def main() -> None:
         agents.mkdir()
         (agents / "prompts").symlink_to(REPO / "agents" / "prompts")
         (agents / "loopback-claude.yaml").write_text(yaml.safe_dump(config))
-        env = {**os.environ, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-bench"}
+        env = userrun.environment(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-bench")
         for app in apps:
             runs.append((app, *run_app(app, args, agents, reports, env, pacct)))
             print(f"  {app}: {len(runs[-1][3])} tests in {runs[-1][1]:.0f} s", flush=True)

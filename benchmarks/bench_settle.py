@@ -23,10 +23,11 @@ import json
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+import userrun
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,11 +53,11 @@ def cpu_of_children() -> float:
 
 def run(mode: str, cases: list[Path], models: str, workers: int, settle: float,
         out: Path) -> tuple[float, float, list[dict]]:
-    args = [sys.executable, "-m", "pytest", *map(str, cases), f"--retrace-model={models}", "-n", str(workers),
+    args = [*userrun.PYTEST, *map(str, cases), f"--retrace-model={models}", "-n", str(workers),
             *CONFIGS[mode], f"--retrace-settle={settle}", f"--retrace-report-dir={out}",
-            f"--retrace-run={mode}", "-p", "no:cacheprovider", "-q"]
+            f"--retrace-run={mode}", "-q"]
     start, cpu = time.monotonic(), cpu_of_children()
-    subprocess.run(args, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+    subprocess.run(args, cwd=REPO, stdout=subprocess.DEVNULL, check=False, env=userrun.environment())
     seconds, cpu = time.monotonic() - start, cpu_of_children() - cpu
     lines = (out / mode / "results.jsonl").read_text().splitlines()
     return seconds, cpu, [json.loads(line) for line in lines]
