@@ -57,8 +57,10 @@ def main() -> None:
         python = run([*py, "-c", "pass"])
         bare = run([*pytest, "-q", "-p", "no:retrace", "-p", "no:xdist", "--co"], empty)
         plugin = run([*pytest, "-q", "-p", "no:xdist", "--co"], empty)
-        collect = run([*pytest, "-q", "-p", "no:xdist", "--co", "--retrace-model=oracle",
-                       f"--retrace-report-dir={empty / 'reports'}"])
+        collecting = [*pytest, "-q", "-p", "no:xdist", "--co", "--retrace-model=oracle",
+                      f"--retrace-report-dir={empty / 'reports'}"]
+        parsing = cpu_of(collecting, REPO, {**env, "RETRACE_CASE_CACHE": "0"}, args.repeat)
+        collect = run(collecting)  # the first of them fills the case cache (replay/casecache.py)
         sdks = {name: run([*py, "-c", f"import {name}"]) - python for name in ("anthropic", "openai")}
         summary = {name: run([*py, "-c", f"import {module}"]) - python for name, module in (
             ("matplotlib (the figures)", "matplotlib.figure"),
@@ -72,6 +74,7 @@ def main() -> None:
         ("Python itself", python, "every process"),
         ("pytest and its other plugins (xdist, allure, anyio ...)", bare - python, "every process"),
         ("this plugin: import and configure", plugin - bare, "every process"),
+        (f"collecting the built-in suite ({n_cases} cases), each parsed", parsing - plugin, "(RETRACE_CASE_CACHE=0)"),
         (f"collecting the built-in suite ({n_cases} cases)", collect - plugin, "every process that collects"),
         *((f"import {name} (its SDK)", cpu, "every process that calls the model") for name, cpu in sdks.items()),
         *((f"import {name}", cpu, "the controller, at the end") for name, cpu in summary.items()),

@@ -33,8 +33,9 @@ from pytest_retrace.envs.steps import one_line as _one_line
 from pytest_retrace.envs.steps import text as _text
 from pytest_retrace.evaluators import EvaluatorError, validate_evaluator
 from pytest_retrace.evaluators.plan import compile_block
+from pytest_retrace.replay import casecache
 from pytest_retrace.replay.casefiles import local_files, outside_case, png_size
-from pytest_retrace.replay.caseyaml import CaseError, read_yaml
+from pytest_retrace.replay.caseyaml import CaseError, parse_yaml, read_case_bytes
 from pytest_retrace.replay.osworld_task import OSWorldTask
 from pytest_retrace.replay.probes import Probe
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
@@ -312,29 +313,16 @@ def _field_of(loc: tuple[Any, ...]) -> str:
 def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCase:
     """Load and validate one case file; raise CaseError naming the file and the field.
 
+    The validated case is kept for the next process that reads the same bytes (casecache.py); what lies
+    outside the file (the files it names, the screenshots' sizes) is checked on every load.
     ``check_screenshots=False`` is for the recorder, which is about to write them."""
     path = Path(path)
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise CaseError(path, "", f"top level must be a mapping, got {type(raw).__name__}")
-    raw.setdefault("id", path.stem)
-    try:
-        case = RecoveryCase.model_validate({**raw, "path": path})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] not in ("value_error", "missing"):  # pydantic's own messages do not say what was found
-            msg += f", got {_show(err['input'])} ({type(err['input']).__name__})"
-        field = _field_of(err["loc"])
-        if msg.startswith(("[", ".")):  # our validators name the sub-field (an index, a key): fold it in
-            sub, _, msg = msg.partition(": ")
-            field += sub
-        elif (not field or (field == "task.evaluator" and msg.startswith("evaluator"))) and ": " in msg:
-            # the cross-field checks (t_seed, perturbation, masks) and the evaluator validator name their field
-            sub, _, msg = msg.partition(": ")
-            field = f"task.{sub}" if field else sub
-        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-        raise CaseError(path, field or "", msg + more) from None
+    data = read_case_bytes(path)
+    entry = casecache.key(path, data)
+    case = casecache.get(entry)
+    if not isinstance(case, RecoveryCase):
+        case = _validated(path, data)
+        casecache.put(entry, case)
     for field, file in case.files().items():
         if not field.startswith("screenshots.") and not file.is_file():
             raise CaseError(path, field, f"file not found: {file}")
@@ -350,6 +338,31 @@ def load_case(path: Path | str, *, check_screenshots: bool = True) -> RecoveryCa
         if tuple(size) != tuple(case.screen):
             raise CaseError(path, field, f"{png.name} is {size[0]}x{size[1]}, case screen is {case.screen[0]}x{case.screen[1]}")
     return case
+
+
+def _validated(path: Path, data: bytes) -> RecoveryCase:
+    """The case the file's bytes describe, validated; CaseError naming the field otherwise."""
+    raw = parse_yaml(path, data)
+    if not isinstance(raw, dict):
+        raise CaseError(path, "", f"top level must be a mapping, got {type(raw).__name__}")
+    raw.setdefault("id", path.stem)
+    try:
+        return RecoveryCase.model_validate({**raw, "path": path})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] not in ("value_error", "missing"):  # pydantic's own messages do not say what was found
+            msg += f", got {_show(err['input'])} ({type(err['input']).__name__})"
+        field = _field_of(err["loc"])
+        if msg.startswith(("[", ".")):  # our validators name the sub-field (an index, a key): fold it in
+            sub, _, msg = msg.partition(": ")
+            field += sub
+        elif (not field or (field == "task.evaluator" and msg.startswith("evaluator"))) and ": " in msg:
+            # the cross-field checks (t_seed, perturbation, masks) and the evaluator validator name their field
+            sub, _, msg = msg.partition(": ")
+            field = f"task.{sub}" if field else sub
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        raise CaseError(path, field or "", msg + more) from None
 
 
 @functools.cache

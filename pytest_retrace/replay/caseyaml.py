@@ -122,19 +122,27 @@ else:  # PyYAML built without libyaml
     LOADER = CaseLoader
 
 
-def read_yaml(path: Path) -> Any:
-    """The YAML document of a case file, or CaseError; the file is size-checked before it is parsed."""
+def read_case_bytes(path: Path) -> bytes:
+    """A case file's bytes, or CaseError: only a regular file, and at most MAX_FILE_BYTES of it."""
     try:
         if not path.is_file():  # a FIFO or a device would block or never end
             raise CaseError(path, "", "not a regular file" if path.exists() else "file not found")
         with path.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
+    except OSError as exc:
+        raise CaseError(path, "", f"cannot read: {exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise CaseError(path, "", f"the file is larger than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def parse_yaml(path: Path, data: bytes) -> Any:
+    """The YAML document of ``data`` (read from ``path``, which errors name), or CaseError."""
+    try:
         return yaml.load(data.decode("utf-8"), Loader=LOADER)  # a SafeLoader with the checks
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CaseError(path, where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise CaseError(path, "", f"cannot read: {exc}") from None
