@@ -302,7 +302,10 @@ def dump(criu: Criu, desk: Desktop, images: Path, options: list[str], result: Ch
     for attempt in range(4):
         shutil.rmtree(images, ignore_errors=True)
         images.mkdir()
-        ok, seconds, errors = criu.run("dump", "-t", str(desk.init), "-D", str(images), "--leave-running", *options,
+        # with the extra options the tree is left stopped, not running: its files are then copied as they were
+        # at the dump (chromium removes a BrowserMetrics file it holds open within milliseconds)
+        leave = "--leave-stopped" if options else "--leave-running"
+        ok, seconds, errors = criu.run("dump", "-t", str(desk.init), "-D", str(images), leave, *options,
                                        log=images.parent / f"dump-{attempt}.log")
         if ok:
             result.dump = seconds
@@ -468,7 +471,7 @@ def print_app(app: App, point: Checkpoint, replays: list[Replay]) -> None:
         if replay.problem:
             print(f"  {replay.case}: {replay.problem}")
     if point.options:
-        print(f"  criu options needed: {' '.join(point.options)}")
+        print(f"  criu options needed: {' '.join(point.options)} (dumped with --leave-stopped)")
     if point.restores:
         print(f"  restores: {', '.join(f'{s:.3f}' for s in point.restores)} s; putting HOME and data back first: "
               f"{', '.join(f'{s:.3f}' for s in point.files)} s")
