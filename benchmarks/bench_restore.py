@@ -318,6 +318,11 @@ def dump(criu: Criu, desk: Desktop, images: Path, options: list[str], result: Ch
     return False
 
 
+def copy_files(source: Path, target: Path) -> None:
+    """HOME and the data folder, as they are: `cp -a` also copies the unix sockets apps bind there (pcmanfm)."""
+    subprocess.run(["cp", "-a", str(source / "home"), str(source / "data"), str(target)], check=True)
+
+
 def restore_cycles(criu: Criu, desk: Desktop, images: Path, before: np.ndarray, restores: int, options: list[str],
                    result: Checkpoint) -> None:
     """Restore from the same image `restores` times, killing each restored tree before the next."""
@@ -326,7 +331,7 @@ def restore_cycles(criu: Criu, desk: Desktop, images: Path, before: np.ndarray, 
         start = time.perf_counter()
         for name in ("home", "data"):
             shutil.rmtree(work / name)
-            shutil.copytree(work / "snapshot" / name, work / name, symlinks=True)
+        copy_files(work / "snapshot", work)
         result.files.append(time.perf_counter() - start)
         pidfile = images.parent / f"restored-{i}.pid"
         ok, seconds, errors = criu.run("restore", "-D", str(images), "-d", "--pidfile", str(pidfile), *options,
@@ -379,8 +384,8 @@ def checkpoint_once(criu: Criu, app: App, restores: int, options: list[str], res
         # after the dump (the tree is running again: a small race) and put back before every restore, as a
         # test would have its files reset anyway.
         snapshot = work / "snapshot"
-        for name in ("home", "data"):
-            shutil.copytree(work / name, snapshot / name, symlinks=True)
+        snapshot.mkdir()
+        copy_files(work, snapshot)
         kill_tree(desk.init)  # the original must be gone: the restore takes its pids and its X socket path
         desk.init = None
         restore_cycles(criu, desk, images, before, restores, options, result)
@@ -509,7 +514,10 @@ def main() -> int:
     for app in [a for a in APPS if a.name in args.apps.split(",")]:
         print(f"== {app.name}", flush=True)
         with timing("checkpoint"):
-            point = measure_checkpoint(criu, app, args.restores)
+            try:
+                point = measure_checkpoint(criu, app, args.restores)
+            except Exception as exc:  # noqa: BLE001 - one app's failure is reported, the others still measured
+                point = Checkpoint(problems=[f"checkpoint: {type(exc).__name__}: {exc}"])
         with timing("replays"):
             replays = [measure_replay(path, n) for path, n in pick_cases(app, args.cases)]
         print_app(app, point, replays)
