@@ -270,7 +270,7 @@ def main() -> int:
             move = Action("move", x=MOVE_POINTS[i % 2][0], y=MOVE_POINTS[i % 2][1])
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
                 seconds, settled = timed(lambda e=envs[name], a=move: e.execute(a))
-                actions[name].append((seconds, settled))
+                actions[name].append((seconds, settled.seconds))
         # what pyautogui's path (the remote provider's, and docker's for text the keymap lacks) would cost per
         # action: /execute of a new guest python, bare and with pyautogui
         guest = envs["docker"].guest  # type: ignore[attr-defined]
