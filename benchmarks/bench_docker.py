@@ -11,6 +11,15 @@ measurements alternating between the providers so that a change in the machine's
   median seconds per action, and the part before settling (docker sends the xvfb provider's xdotool commands
   to the guest's /execute, xvfb runs them here) next to the settle wait (docker polls screenshots over
   HTTP, xvfb grabs them from the X server);
+- screenshot: the cost of one settling poll, --actions (at least 10) of each alternating: xvfb's grab in this
+  process; docker's over HTTP as a PNG (``GET /screenshot``: encoded by the guest, decoded here) and as raw RGB
+  (``GET /screenshot?format=rgb``; a guest from before that format answers PNG, and the line says so), each
+  split into the request (grab, encode, transfer) and the decode here; and the environment's own
+  ``screenshot()``, which is what settling polls;
+- reset split: where each timed reset's seconds went, by the methods it calls (wrapped to time them, each run
+  as is): docker's removal of the previous container, creating and starting the next one, waiting for its
+  guest to answer, and for both providers the task's files, its app launch (with the window wait), the final
+  settle, and the rest; the screenshots taken inside them are counted;
 - case: the full replay (replay.run_case) of --cases built-in cases with the ``oracle`` baseline, as
   ``pytest --retrace-model=oracle`` runs them; seconds per case and of them in resets (the oracle resets
   twice), the ratio, and whether the verdicts (recovered, R_O, R_TC) agree.
@@ -20,20 +29,27 @@ No timed tests: shared machines are too noisy for thresholds; the load average i
 from __future__ import annotations
 
 import argparse
+import functools
+import io
 import os
 import statistics
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_retrace.actions import Action
 from pytest_retrace.agents import create_agent, load_model_config
 from pytest_retrace.envs import Environment, create_environment
-from pytest_retrace.envs.docker.environment import GUEST_PYTHON
+from pytest_retrace.envs.docker.environment import GUEST_PYTHON, DockerEnvironment
+from pytest_retrace.envs.remote.environment import RemoteEnvironment
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
 from pytest_retrace.replay.cases import RecoveryCase, load_case
 from pytest_retrace.replay.result import RecoveryResult, ReplayOptions
 from pytest_retrace.replay.run import run_case
@@ -52,6 +68,86 @@ DEFAULT_CASES = [
 ]
 # Two points in the middle of mousepad's text area: nothing there reacts to hovering.
 MOVE_POINTS = ((600, 400), (680, 440))
+
+
+RAW_TYPE = "application/octet-stream"  # GET /screenshot?format=rgb's reply from a guest that has it
+# What a reset calls, by provider class: (method, label). Disjoint at the top of a reset: nothing here calls
+# another of its list while a reset runs (screenshots are counted on their own: settle and launch take them).
+RESET_PHASES: dict[type, list[tuple[str, str]]] = {
+    DockerEnvironment: [("_remove", "remove the previous container"), ("_start", "create and start a container"),
+                        ("_wait_ready", "wait for its guest (/health)")],
+    RemoteEnvironment: [("write_file", "task files"), ("launch", "launch the app, wait for its window"),
+                        ("settle", "settle (the reset's last step)")],
+}
+RESET_PHASES[XvfbEnvironment] = [("kill_session", "xvfb: kill the previous session"),
+                                 ("_restart_display", "xvfb: restart its display"), *RESET_PHASES[RemoteEnvironment]]
+
+
+class Phases:
+    """Seconds per labelled method while `active`, by wrapping the methods on their classes (timing only)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.shots = 0
+
+    def wrap(self, owner: type, name: str, label: str | None) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed_call(*args: Any, **kw: Any) -> Any:
+            if not self.active:
+                return original(*args, **kw)
+            start = time.perf_counter()
+            try:
+                return original(*args, **kw)
+            finally:
+                if label is None:
+                    self.shots += 1
+                else:
+                    self.seconds[label] += time.perf_counter() - start
+
+        setattr(owner, name, timed_call)
+
+    def run(self, fn: Callable[[], Any]) -> tuple[float, dict[str, float], int]:
+        """`fn`'s seconds, its split by label, and the screenshots it took."""
+        self.seconds, self.shots, self.active = defaultdict(float), 0, True
+        try:
+            seconds, _ = timed(fn)
+        finally:
+            self.active = False
+        return seconds, dict(self.seconds), self.shots
+
+
+def instrument(envs: dict[str, Environment]) -> Phases:
+    phases = Phases()
+    classes = {type(env) for env in envs.values()} | {RemoteEnvironment}  # docker's guest is a RemoteEnvironment
+    for cls in classes:
+        for name, label in RESET_PHASES.get(cls, ()):
+            phases.wrap(cls, name, label)
+        if cls is not DockerEnvironment:  # its screenshot is its guest's, counted there
+            phases.wrap(cls, "screenshot", None)
+    return phases
+
+
+def http_screenshot(guest: RemoteEnvironment, path: str) -> tuple[float, float, str]:
+    """One ``GET path`` of the guest's screenshot and its decode here: (request s, decode s, format answered).
+    Decoded as the environment does (envs/remote/decode.py) but here, so that an older guest can be measured."""
+    start = time.perf_counter()
+    reply = guest.client.request("GET", path, limit=256 * 1024 * 1024)
+    asked = time.perf_counter()
+    if reply.status != 200:
+        raise RuntimeError(f"{guest.url}{path}: HTTP {reply.status}")
+    if reply.content_type == RAW_TYPE:
+        headers = reply.headers  # type: ignore[attr-defined] # a guest with format=rgb: a client with headers
+        width, height = int(headers["x-screen-width"]), int(headers["x-screen-height"])
+        np.frombuffer(reply.body, dtype=np.uint8).reshape(height, width, 3)
+        return asked - start, time.perf_counter() - asked, "rgb"
+    from PIL import Image
+
+    with Image.open(io.BytesIO(reply.body)) as image:
+        np.asarray(image.convert("RGB"), dtype=np.uint8)
+    return asked - start, time.perf_counter() - asked, "png"
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -156,10 +252,13 @@ def main() -> int:
             envs[name].reset(task, files, masks)
         others = other_containers({getattr(envs["docker"], "container_id", None) or ""})
         resets: dict[str, list[float]] = {name: [] for name in PROVIDERS}
+        splits: dict[str, list[tuple[dict[str, float], int]]] = {name: [] for name in PROVIDERS}
+        phases = instrument(envs)
         for i in range(args.resets):
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
-                seconds, _ = timed(lambda e=envs[name]: e.reset(task, files, masks))
+                seconds, split, shots = phases.run(lambda e=envs[name]: e.reset(task, files, masks))
                 resets[name].append(seconds)
+                splits[name].append(({**split, "rest": seconds - sum(split.values())}, shots))
         print("  resets: " + ", ".join(f"{n} " + " ".join(f"{s:.2f}" for s in resets[n]) for n in PROVIDERS),
               flush=True)
 
@@ -171,15 +270,32 @@ def main() -> int:
             move = Action("move", x=MOVE_POINTS[i % 2][0], y=MOVE_POINTS[i % 2][1])
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
                 seconds, settled = timed(lambda e=envs[name], a=move: e.execute(a))
-                actions[name].append((seconds, settled))
+                actions[name].append((seconds, settled.seconds))
         # what pyautogui's path (the remote provider's, and docker's for text the keymap lacks) would cost per
         # action: /execute of a new guest python, bare and with pyautogui
         guest = envs["docker"].guest  # type: ignore[attr-defined]
         probes: dict[str, list[float]] = {"pass": [], "import pyautogui": []}
         for _ in range(max(3, args.actions // 4)):
             for code, times in probes.items():
-                times.append(timed(lambda c=code: guest._execute([GUEST_PYTHON, "-c", c], shell=False,
-                                                                 timeout=30.0))[0])
+                times.append(timed(lambda c=code: guest.client.execute([GUEST_PYTHON, "-c", c], shell=False,
+                                                                       timeout=30.0))[0])
+
+        # -- one settling poll: a screenshot ------------------------------------------------------------
+        polls: dict[str, list[tuple[float, float]]] = {"xvfb": [], "png": [], "rgb": [], "docker": []}
+        answered: set[str] = set()
+        for i in range(max(10, args.actions)):
+            kinds = ["xvfb", "png", "rgb", "docker"]
+            for kind in kinds if i % 2 == 0 else kinds[::-1]:
+                if kind == "xvfb":
+                    polls[kind].append((timed(envs["xvfb"].screenshot)[0], 0.0))
+                elif kind == "docker":  # the environment's own call, as settling makes it
+                    polls[kind].append((timed(guest.screenshot)[0], 0.0))
+                else:
+                    request_s, decode_s, got = http_screenshot(guest, "/screenshot" if kind == "png"
+                                                               else "/screenshot?format=rgb")
+                    polls[kind].append((request_s, decode_s))
+                    if kind == "rgb":
+                        answered.add(got)
 
         # -- whole cases with the oracle ----------------------------------------------------------------
         results: dict[str, dict[str, RecoveryResult]] = {name: {} for name in PROVIDERS}
@@ -209,6 +325,14 @@ def main() -> int:
     line(f"reset, median of {args.resets} ({reset_case.id[:16]}...)", med["xvfb"], med["docker"])
     line("  min", min(resets["xvfb"]), min(resets["docker"]))
     line("  max", max(resets["xvfb"]), max(resets["docker"]))
+    labels = [*(lb for _, lb in RESET_PHASES[DockerEnvironment]), *(lb for _, lb in RESET_PHASES[XvfbEnvironment]),
+              "rest"]
+    for label in labels:
+        got = {n: statistics.median(split.get(label, 0.0) for split, _ in splits[n]) for n in PROVIDERS}
+        line(f"    {label}", got["xvfb"], got["docker"],
+             note="(median over the resets)" if label == labels[0] else "")
+    shots = {n: statistics.median(s for _, s in splits[n]) for n in PROVIDERS}
+    print(f"    {'screenshots taken (inside the above)':<42} xvfb {shots['xvfb']:7.0f}    docker {shots['docker']:7.0f}")
     if args.actions:
         wall = {n: statistics.median(w for w, _ in actions[n]) for n in PROVIDERS}
         before = {n: statistics.median(w - s for w, s in actions[n]) for n in PROVIDERS}
@@ -220,6 +344,17 @@ def main() -> int:
         bare, imported = (statistics.median(probes[k]) * 1000 for k in ("pass", "import pyautogui"))
         print(f"  {'  docker /execute of python -c pass':<44} {bare:7.0f} ms, "
               f"of python -c 'import pyautogui' {imported:7.0f} ms (median of {len(probes['pass'])})")
+    ms = {k: (statistics.median(r + d for r, d in v) * 1000, statistics.median(r for r, _ in v) * 1000,
+              statistics.median(d for _, d in v) * 1000) for k, v in polls.items()}
+    n = len(polls["xvfb"])
+    rgb_note = "raw RGB" if answered == {"rgb"} else f"answered {'/'.join(sorted(answered))}: no raw format"
+    print(f"  {f'screenshot per poll, median of {n}':<44} xvfb {ms['xvfb'][0]:7.1f} ms (grab in this process)")
+    print(f"  {'  docker over HTTP: PNG (GET /screenshot)':<44} {ms['png'][0]:7.1f} ms = request {ms['png'][1]:.1f} "
+          f"(grab, encode, transfer) + decode {ms['png'][2]:.1f}")
+    print(f"  {'  docker over HTTP: ?format=rgb':<44} {ms['rgb'][0]:7.1f} ms = request {ms['rgb'][1]:.1f} "
+          f"+ decode {ms['rgb'][2]:.1f}  ({rgb_note})")
+    print(f"  {'  docker: the environment.screenshot()':<44} {ms['docker'][0]:7.1f} ms  ({ratio(ms['docker'][0], ms['xvfb'][0])} "
+          f"xvfb's; what settling polls)")
     agree_all = True
     totals = {n: 0.0 for n in PROVIDERS}
     for case in cases:

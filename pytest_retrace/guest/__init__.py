@@ -10,6 +10,7 @@ and has its own network, so the server cannot run inside it).
 The remote provider's subset (guest/app.py):
 
     GET  /screenshot        PNG bytes of the display
+    GET  /screenshot?format=rgb  (ours) its RGB bytes, row-major, sized by X-Screen-Width / X-Screen-Height
     POST /execute           {"command": [...] | "...", "shell": false} -> {"status", "output", "error", "returncode"}
     POST /setup/execute     the same (SetupController's execute and command steps)
     POST /file              form field file_path -> the file's bytes (404 when missing)

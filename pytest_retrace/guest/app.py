@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.remote.decode import HEIGHT_HEADER, RAW_TYPE, WIDTH_HEADER
 from pytest_retrace.guest.backend import GuestBackend
 from pytest_retrace.guest.config import (
     MAX_COMMAND_TIMEOUT,
@@ -64,7 +65,14 @@ def create_app(config: GuestConfig, backend: GuestBackend | None = None) -> Any:
         return JSONResponse({"status": "ok"})
 
     async def screenshot(request: Any) -> Any:
-        return Response(await run_in_threadpool(guest.screenshot_png), media_type="image/png")
+        kind = request.query_params.get("format", "png")
+        if kind == "png":  # OSWorld's reply, for its clients
+            return Response(await run_in_threadpool(guest.screenshot_png), media_type="image/png")
+        if kind != "rgb":
+            raise bad_request(400, f"format: {kind[:40]!r} is not one of png, rgb")
+        # ours: the raw pixels, which settling polls without a PNG encode here and a decode in the harness
+        width, height, data = await run_in_threadpool(guest.screenshot_rgb)
+        return Response(data, media_type=RAW_TYPE, headers={WIDTH_HEADER: str(width), HEIGHT_HEADER: str(height)})
 
     async def execute(request: Any) -> Any:
         data = await json_object(request)

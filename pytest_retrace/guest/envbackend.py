@@ -129,6 +129,12 @@ class EnvironmentBackend:
         Image.fromarray(self.env.screenshot()).save(out, format="PNG", compress_level=1)
         return out.getvalue()
 
+    def screenshot_rgb(self) -> tuple[int, int, bytes]:
+        import numpy as np
+
+        shot = np.ascontiguousarray(self.env.screenshot(), dtype=np.uint8)  # an (h, w, 3) RGB array already
+        return int(shot.shape[1]), int(shot.shape[0]), shot.tobytes()
+
     def screen_size(self) -> tuple[int, int]:
         shot = self.env.screenshot()  # the display as it is, not as configured
         return int(shot.shape[1]), int(shot.shape[0])

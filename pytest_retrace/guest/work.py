@@ -41,6 +41,9 @@ class Guest:
     def screenshot_png(self) -> bytes:
         return self.desktop.screenshot_png()
 
+    def screenshot_rgb(self) -> tuple[int, int, bytes]:
+        return self.desktop.screenshot_rgb()
+
     def screen_size(self) -> tuple[int, int]:
         return self.desktop.screen_size()
 

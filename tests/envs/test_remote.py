@@ -4,17 +4,21 @@ split by PYTEST_XDIST_WORKER; and its action translator, whose every program is 
 from __future__ import annotations
 
 import ast
+import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from pytest_retrace.actions import ACTION_KINDS, Action
 from pytest_retrace.envs import ActionFailed, EnvError, FileRefused, create_environment, environment_factory
 from pytest_retrace.envs.remote.actions import action_program
+from pytest_retrace.envs.remote.client import Reply
 from pytest_retrace.envs.remote.environment import RemoteEnvironment
 from pytest_retrace.envs.remote.pool import parse_urls
 from pytest_retrace.envs.steps import CommandStep, FileStep, LaunchStep
@@ -231,6 +235,30 @@ def test_reset_setup_and_actions(guests: tuple[Guest, Guest], monkeypatch: pytes
     assert env.read_file("~/task/typed.txt") is None
     assert len(guests[0].display.windows("remote-term")) == 1
     env.close()
+
+
+@pytest.mark.desktop
+@needs_desktop
+def test_our_guests_screenshots_come_raw_and_are_its_pngs_pixels(guests: tuple[Guest, Guest],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _env(guests, "gw1", monkeypatch)
+    kinds = []
+    request = env.client.request
+
+    def noted(*args: Any, **kw: Any) -> Reply:  # the real request; what came back is noted
+        reply = request(*args, **kw)
+        kinds.append((args[1], reply.content_type))
+        return reply
+
+    monkeypatch.setattr(env.client, "request", noted)
+    shot = env.screenshot()
+    png = guests[1].request("GET", "/screenshot")
+    again = env.screenshot()
+    assert kinds == [("/screenshot?format=rgb", "application/octet-stream")] * 2  # one request each, raw
+    assert shot.shape == (SIZE[1], SIZE[0], 3) and shot.dtype == np.uint8
+    assert np.array_equal(shot, again), "the screen changed between the grabs: the comparison means nothing"
+    with Image.open(io.BytesIO(png.body)) as image:
+        assert np.array_equal(shot, np.asarray(image.convert("RGB")))
 
 
 @pytest.mark.desktop

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -58,16 +59,18 @@ class Leaky:
     platform: str = "Linux"
     output: str = ""  # what every successful /execute prints
     paths: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)  # as sent, with the query Flask's routes ignore
     executed: list[object] = field(default_factory=list)
-    # path -> (status, content type, body) answered instead of the normal reply
-    broken: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    # path -> (status, content type, body) answered instead of the normal reply, with `headers` of the path
+    broken: dict[str, tuple[int, str, str | bytes]] = field(default_factory=dict)
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)
     REVERT = "retrace-test-revert"
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         self.paths.append(path)
         if path in self.broken:
             status, kind, text = self.broken[path]
-            return status, kind, text.encode()
+            return status, kind, text if isinstance(text, bytes) else text.encode()
         if path == "/screenshot":
             self.shots += 1
             if self.shots > self.slots:
@@ -103,9 +106,13 @@ def leaky() -> Iterator[tuple[Leaky, str]]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, kind, data = guest.handle(self.command, self.path, body)
+            guest.targets.append(self.path)
+            path = self.path.partition("?")[0]  # a Flask route ignores the query (OSWorld's /screenshot too)
+            status, kind, data = guest.handle(self.command, path, body)
             self.send_response(status)
             self.send_header("Content-Type", kind)
+            for name, value in guest.headers.get(path, {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -289,3 +296,65 @@ def test_budget_options(leaky: tuple[Leaky, str], monkeypatch: pytest.MonkeyPatc
                 {"windows_shell": "bash"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RemoteEnvironment(size=SIZE, urls=url, **bad)  # type: ignore[arg-type]
+
+
+# -- raw screenshots: ours, or a PNG from a server that ignores the query ----------------------------------
+
+
+def test_a_server_that_answers_png_only_is_decoded_in_one_request(leaky: tuple[Leaky, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    guest, url = leaky
+    env = start_env(url, monkeypatch)
+    asked = len(guest.targets)
+    shot = env.screenshot()
+    assert shot.shape == (SIZE[1], SIZE[0], 3) and shot.dtype == np.uint8 and not shot.any()
+    assert guest.targets[asked:] == ["/screenshot?format=rgb"]  # no second request to find out what it speaks
+    guest.broken["/screenshot"] = (200, "image/png", "not a png")
+    with pytest.raises(EnvError, match=rf"^{url}/screenshot\?format=rgb: not an image: "):
+        env.screenshot()
+
+
+def _raw(guest: Leaky, body: bytes, width: str | None = "4", height: str | None = "2",
+         names: tuple[str, str] = ("X-Screen-Width", "X-Screen-Height")) -> None:
+    """/screenshot answers `body` as raw RGB with these headers (None: left out)."""
+    guest.broken["/screenshot"] = (200, "application/octet-stream", body)
+    sizes = {names[0]: width, names[1]: height}
+    guest.headers["/screenshot"] = {k: v for k, v in sizes.items() if v is not None}
+
+
+def test_raw_pixels_are_taken_as_sized_by_the_headers(leaky: tuple[Leaky, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    guest, url = leaky
+    env = start_env(url, monkeypatch)
+    pixels = bytes(range(200, 224))  # two rows of four RGB pixels, each byte different
+    _raw(guest, pixels, names=("x-screen-width", "X-SCREEN-HEIGHT"))  # header names are case-insensitive
+    shot = env.screenshot()
+    assert shot.shape == (2, 4, 3) and shot.dtype == np.uint8
+    assert shot[1, 0].tolist() == [212, 213, 214] and shot.tobytes() == pixels
+
+
+@pytest.mark.parametrize(("body", "width", "height", "said"), [
+    (bytes(23), "4", "2", "23 bytes of raw RGB, not 4x2x3 = 24"),
+    (bytes(25), "4", "2", "25 bytes of raw RGB, not 4x2x3 = 24"),
+    (b"", "4", "2", "0 bytes of raw RGB, not 4x2x3 = 24"),
+    (bytes(24), None, "2", "raw RGB without its X-Screen-Width header"),
+    (bytes(24), "4", None, "raw RGB without its X-Screen-Height header"),
+    (bytes(24), "four", "2", "raw RGB with X-Screen-Width 'four', not a size from 1 to 16384 pixels"),
+    (bytes(24), "4", "-2", "raw RGB with X-Screen-Height '-2', not a size from 1 to 16384 pixels"),
+    (bytes(24), "4", "2.0", "raw RGB with X-Screen-Height '2.0', not a size from 1 to 16384 pixels"),
+    (bytes(24), "0", "2", "raw RGB with X-Screen-Width '0', not a size from 1 to 16384 pixels"),
+    (bytes(24), "²", "2", "raw RGB with X-Screen-Width '²', not a size"),  # a digit to str.isdigit, not to us
+    (bytes(24), "16385", "2", "raw RGB with X-Screen-Width '16385', not a size from 1 to 16384 pixels"),
+    (bytes(24), "4", "99999999999999999999", "raw RGB with X-Screen-Height '99999999999999999999', not a size"),
+    # sizes in range but a body far short of them: refused on its length, nothing of that size allocated
+    (bytes(24), "16384", "16384", "24 bytes of raw RGB, not 16384x16384x3 = 805306368"),
+])
+def test_a_malformed_raw_reply_is_a_clear_error(leaky: tuple[Leaky, str], monkeypatch: pytest.MonkeyPatch,
+                                               body: bytes, width: str | None, height: str | None,
+                                               said: str) -> None:
+    guest, url = leaky
+    env = start_env(url, monkeypatch)
+    _raw(guest, body, width, height)
+    with pytest.raises(EnvError) as info:
+        env.screenshot()
+    assert str(info.value).startswith(f"{url}/screenshot?format=rgb: {said}"), str(info.value)

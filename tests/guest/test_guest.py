@@ -76,6 +76,25 @@ def test_screen_endpoints(guest: Guest) -> None:
     assert colours is None or len(colours) >= 2  # the white xterm on the black root window
 
 
+def test_raw_screenshots_are_the_pngs_pixels(guest: Guest) -> None:
+    """``?format=rgb`` (ours, what the remote provider's settling polls): the PNG's pixels, unencoded."""
+    raw = guest.request("GET", "/screenshot?format=rgb")
+    png = guest.request("GET", "/screenshot?format=png")  # the default, named
+    again = guest.request("GET", "/screenshot?format=rgb")
+    assert raw.status == 200 and png.status == 200, (raw.body[:300], png.body[:300])
+    headers = {k.lower(): v for k, v in raw.headers.items()}
+    assert headers["content-type"] == "application/octet-stream"
+    assert (int(headers["x-screen-width"]), int(headers["x-screen-height"])) == SIZE
+    assert len(raw.body) == SIZE[0] * SIZE[1] * 3
+    assert png.headers["content-type"] == "image/png"
+    with Image.open(io.BytesIO(png.body)) as image:
+        decoded = image.convert("RGB").tobytes()  # row-major RGB, as the raw body
+    assert raw.body == again.body, "the screen changed between the grabs: the comparison means nothing"
+    assert raw.body == decoded
+    assert len(set(raw.body)) >= 2  # the white xterm on the black root window: not a blank screen
+    _error(guest.request("GET", "/screenshot?format=jpeg"), 400, "format", "'jpeg'", "png, rgb")
+
+
 def test_task_cpu_counts_what_the_task_runs_and_stops_when_it_is_idle(guest: Guest, tmp_path: Path) -> None:
     """retrace's own request, which a setup's settle step waits on: the CPU time of the processes the guest
     started (as its own user: its descendants), so an app working on a quiet screen is told apart."""

@@ -349,6 +349,11 @@ def test_serve_environment_acts_inside_the_sandbox(env: XvfbEnvironment, desktop
         assert env.cursor_position() == (7, 9)
         assert python.get_vm_screen_size() == {"width": env.size[0], "height": env.size[1]}
         assert python.get_screenshot().startswith(b"\x89PNG")
+        raw = requests.get(f"{served.url}/screenshot", params={"format": "rgb"}, timeout=30)
+        assert raw.headers["Content-Type"] == "application/octet-stream"
+        assert (int(raw.headers["X-Screen-Width"]), int(raw.headers["X-Screen-Height"])) == env.size
+        with Image.open(io.BytesIO(python.get_screenshot())) as image:
+            assert raw.content == image.convert("RGB").tobytes() == env.screenshot().tobytes()
         tag = uuid.uuid4().hex[:8]
         assert setup.setup([
             {"type": "launch", "parameters": {"command": ["xterm", "-title", f"env-{tag}"]}},

@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any
 
@@ -35,6 +35,10 @@ class Reply:
     status: int
     body: bytes
     content_type: str
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased (header())
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
 
     def json(self) -> Any:
         try:
@@ -97,7 +101,8 @@ class Client:
             req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
             try:
                 with self._opener.open(req, timeout=timeout or self.timeout) as resp:
-                    return Reply(resp.status, resp.read(limit), resp.headers.get("Content-Type", ""))
+                    return Reply(resp.status, resp.read(limit), resp.headers.get("Content-Type", ""),
+                                 {name.lower(): value for name, value in resp.headers.items()})
             except urllib.error.HTTPError as exc:
                 with exc:
                     reply = Reply(exc.code, exc.read(limit), exc.headers.get("Content-Type", "") if exc.headers else "")

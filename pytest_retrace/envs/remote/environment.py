@@ -5,7 +5,8 @@ It relies only on OSWorld's documented endpoints and shapes, so it works against
 
 - actions: a Python program made from the :class:`Action` by ``action_program`` (envs/remote/actions.py:
   pyautogui, as OSWorld's own client sends them), run with ``POST /execute {"command": ["python", "-c", ...]}``;
-- screenshots: ``GET /screenshot`` (a PNG, decoded to RGB); settling polls it (settle.py ``wait_stable``), on a
+- screenshots: ``GET /screenshot?format=rgb`` (``retrace guest``'s raw RGB, or a PNG from a server that
+  ignores the query, as OSWorld's: decode.py); settling polls it (settle.py ``wait_stable``), on a
   guest that is not ours at growing intervals and at most ``max_screenshots`` per case (screens.py);
 - files: ``POST /file`` (form ``file_path``) to read, ``POST /setup/upload`` (multipart ``file_path`` +
   ``file_data``) to write;
@@ -49,7 +50,6 @@ text (errors.server_text), never an HTML page or a tail cut mid-line.
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import subprocess
@@ -78,6 +78,7 @@ from pytest_retrace.envs.remote.client import (
     Unreachable,
     home_relative,
 )
+from pytest_retrace.envs.remote.decode import MAX_BODY, screen_array
 from pytest_retrace.envs.remote.errors import DisplayExhausted, tail
 from pytest_retrace.envs.remote.files import GuestFiles
 from pytest_retrace.envs.remote.pool import parse_reset, parse_urls, worker_index
@@ -90,6 +91,7 @@ from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 RESET_TIMEOUT = 600.0  # seconds a reset command may take
 _BASE_ACTION_TIME = 15.0  # seconds an action's program may take, plus what the action itself asks for
 _WINDOW_POLL = 0.1
+SCREENSHOT_PATH = "/screenshot?format=rgb"  # raw pixels from our guest; OSWorld's ignores the query (PNG)
 
 
 class RemoteEnvironment(GuestFiles):
@@ -292,19 +294,15 @@ class RemoteEnvironment(GuestFiles):
         return self.settle(before)
 
     def screenshot(self) -> np.ndarray:
-        from PIL import Image, UnidentifiedImageError
-
+        """Raw RGB from ``retrace guest`` (no PNG to encode there and decode here: settling polls this), a PNG
+        from any other server, which ignores the query (decode.py)."""
         self.shots.take(self.url)
-        reply = self.client.request("GET", "/screenshot", limit=256 * 1024 * 1024)
+        reply = self.client.request("GET", SCREENSHOT_PATH, limit=MAX_BODY + 1)
         if reply.status == 409:  # retrace's guest: a grab holds the display (guest/desktop.py)
             raise DisplayBlocked(f"{self.url}/screenshot: {reply.message()}")
         if reply.status != 200:
             raise self.client.error("/screenshot", reply)
-        try:
-            with Image.open(io.BytesIO(reply.body)) as image:
-                return np.asarray(image.convert("RGB"), dtype=np.uint8)
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise EnvError(f"{self.url}/screenshot: not an image: {exc}") from None
+        return screen_array(reply.body, reply.content_type, reply.headers, self.url + SCREENSHOT_PATH)
 
     def settle(self, before: np.ndarray | None = None) -> Settled:
         """Polled every `interval`, or at growing intervals on a guest whose screenshots are counted."""
