@@ -73,7 +73,7 @@ def directory() -> Path | None:
     here = cases / _stamp()
     try:
         for level in (root, cases, here):
-            level.mkdir(mode=0o700, exist_ok=True)
+            level.mkdir(mode=0o700, parents=level is root, exist_ok=True)  # ~/.cache may not exist yet
             if not _private(level):
                 return None
         for other in cases.iterdir():  # entries of older code: never read again

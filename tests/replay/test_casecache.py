@@ -125,3 +125,10 @@ def test_entries_of_other_code_are_removed_and_a_full_stamp_emptied(tmp_path: Pa
         (entries(cache)[0].parent / name).write_bytes(b"x")
     casecache.directory.cache_clear()
     assert casecache.directory() is not None and entries(cache) == []
+
+
+def test_the_cache_directory_is_made_where_its_parents_are_missing(tmp_path: Path, cache: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETRACE_CACHE_DIR", str(tmp_path / "no" / "such" / "dir"))
+    load_case(write_case(tmp_path / "cases", "typo", VALID))
+    assert len(entries(tmp_path / "no" / "such" / "dir")) == 1
