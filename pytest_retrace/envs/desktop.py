@@ -63,8 +63,8 @@ def write_programs(directory: Path) -> None:
         (directory / name).chmod(0o755)
 
 
-def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:
-    """Xvfb on display `number`, writing that number to `ready_fd` once it accepts connections.
+def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int | None) -> list[str]:
+    """Xvfb on display `number`, writing that number to `ready_fd` (if any) once it accepts connections.
 
     Its socket file is its only listener (no TCP, no abstract socket, which any process of the network
     namespace could reach); no cursor is drawn, 96 DPI, XTest for input; ``-noreset``: by default the server
@@ -74,7 +74,8 @@ def xvfb_argv(number: int, size: tuple[int, int], ready_fd: int) -> list[str]:
     (-n 16 on 2 cores) xdotool or the server itself can stall that long between the two: a replayed `tab`
     then skipped a form field, so how many keys an action typed depended on the machine's load."""
     w, h = size
-    return ["Xvfb", f":{number}", "-displayfd", str(ready_fd), "-screen", "0", f"{w}x{h}x24",
+    ready = [] if ready_fd is None else ["-displayfd", str(ready_fd)]
+    return ["Xvfb", f":{number}", *ready, "-screen", "0", f"{w}x{h}x24",
             "-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-dpi", "96", "+extension", "XTEST", "-noreset",
             "-r"]
 

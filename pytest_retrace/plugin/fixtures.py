@@ -30,6 +30,8 @@ def retrace_env(request: pytest.FixtureRequest) -> Any:
     settings = request.config.stash[settings_key]
     env = settings.env.create(size=settings.screen, network=settings.network, hide=settings.hide,
                               settle=settings.settle)
+    if settings.restore == "checkpoint":
+        request.config.stash[restore_problem_key] = _enable_checkpoints(env)
     atexit.register(env.close)  # belt and braces: also on paths that skip fixture teardown
     try:
         env.start()
@@ -37,6 +39,26 @@ def retrace_env(request: pytest.FixtureRequest) -> Any:
     finally:
         env.close()
         atexit.unregister(env.close)
+
+
+restore_problem_key = pytest.StashKey["str | None"]()
+
+
+def _enable_checkpoints(env: Any) -> str | None:
+    """Checkpoints on for `env`, or why they cannot be (said once here, and in every record)."""
+    from pytest_retrace.envs import EnvError
+
+    enable = getattr(env, "enable_checkpoints", None)
+    try:
+        if enable is None:
+            raise EnvError(f"the {env.name} environment cannot take checkpoints")
+        enable()
+    except EnvError as exc:
+        import warnings
+
+        warnings.warn(f"--retrace-restore=checkpoint: {exc}; every test replays", RuntimeWarning, stacklevel=2)
+        return str(exc)
+    return None
 
 
 @pytest.fixture
@@ -95,7 +117,8 @@ def retrace_result(request: pytest.FixtureRequest, retrace_run: CaseRun, retrace
     opts = ReplayOptions(budget=retrace_run.budget, strategy=retrace_run.strategy,
                          ssim_threshold=settings.ssim_threshold, attempts=settings.attempts,
                          verify_tolerance=settings.verify_tolerance, contextualizer=contextualizer, verifier=verifier,
-                         observer=_StageHooks(request.node), count_looks=settings.protocol == "paper")
+                         observer=_StageHooks(request.node), count_looks=settings.protocol == "paper",
+                         restore=settings.restore, restore_problem=request.config.stash.get(restore_problem_key, None))
     result = run_case(retrace_env, retrace_run.case, retrace_agent, opts)
     run_dir = run_dir_of(request.config)
     artifacts: dict[str, str] = {}

@@ -78,6 +78,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "ssim-threshold": ("string", "0.99", "R_O threshold on SSIM(recovered, target)"),
     "attempts": ("string", "3", "tries to reconstruct the target/error state before an infra error"),
     "verify-tolerance": ("string", "0", "differing pixels allowed when verifying a reconstructed state"),
+    "restore": ("string", "replay", "how a test reaches s_error: replay (reset, prefix, perturbation, every test) | "
+                "checkpoint (the first test of a case on a desktop replays and checkpoints the whole desktop with "
+                "CRIU; later ones restore it, checked the same way; xvfb only; docs/checkpoints.md)"),
     "screen": ("string", "{}x{}".format(*DEFAULT_SCREEN), "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
@@ -91,6 +94,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "resume": ("string", None, "continue run RUN (its name or directory): tests with a finished verdict are kept and "
                "not run again; unfinished ones and infrastructure errors run"),
 }
+
+RESTORES = ("replay", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Settings:
     recovery_detector: ModelConfig | None = None
     recovery_agent: ModelConfig | None = None  # None: the model under test's config
     protocol: str = "default"  # default | paper (plugin.experiments.with_protocol)
+    restore: str = "replay"  # how s_error is reached: RESTORES (replay/reconstruct.py)
     keep_screens: bool = False  # the recovered screen of every finished test, for the judge and people (validation)
 
 
@@ -233,6 +239,9 @@ def read_settings(config: pytest.Config) -> Settings | None:
     threshold = _number(config, "ssim-threshold", float, 0.0)
     if threshold > 1:
         raise pytest.UsageError(f"--retrace-ssim-threshold: must be <= 1, got {threshold}")
+    restore = str(option(config, "restore"))
+    if restore not in RESTORES:
+        raise pytest.UsageError(f"--retrace-restore: {restore!r} is not one of {', '.join(RESTORES)}")
     network = str(option(config, "network"))
     if network not in ("none", "host"):
         raise pytest.UsageError(f"--retrace-network: {network!r} is not one of none, host")
@@ -263,7 +272,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
         experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
-        keep_screens=bool(option(config, "keep-screens")),
+        keep_screens=bool(option(config, "keep-screens")), restore=restore,
     )
 
 

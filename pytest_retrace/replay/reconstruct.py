@@ -103,7 +103,62 @@ def _probes_differ(env: Environment, case: RecoveryCase) -> tuple[bool, str]:
 
 def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
                 history: list[HistoryStep] | None = None, with_error: bool = True) -> None:
-    """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times."""
+    """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times.
+
+    With ``opts.restore == "checkpoint"`` s_error comes from the case's checkpoint on this desktop when there is
+    one, checked as a replayed state is; else it is replayed and a checkpoint taken, and the test goes on from
+    the restored checkpoint like every later one. ``result.reconstruction["restore"]`` says which, and why a
+    test replayed instead."""
+    if not with_error or (opts.restore != "checkpoint" and opts.restore_problem is None):
+        _replay(env, case, opts, result, history, with_error)
+        return
+    if opts.restore_problem is not None:
+        result.reconstruction["restore"] = f"replay (checkpoints unavailable: {opts.restore_problem})"
+        _replay(env, case, opts, result, history, with_error)
+        return
+    key = f"{case.dir}::{case.id}"
+    if env.has_checkpoint(key) and _restored(env, key, case, opts, result, history):  # type: ignore[attr-defined]
+        return
+    _replay(env, case, opts, result, history, with_error)
+    with timed_stage(result, opts, "checkpoint", "checkpoint s_error"):
+        why = env.take_checkpoint(key, list(history) if history is not None else None)  # type: ignore[attr-defined]
+    if why is not None:
+        result.reconstruction["restore"] = f"replay (no checkpoint: {why})"
+        return
+    if not _restored(env, key, case, opts, result, history):
+        _replay(env, case, opts, result, history, with_error)  # the dump ended the desktop: replay once more
+
+
+def _restored(env: Environment, key: str, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
+              history: list[HistoryStep] | None) -> bool:
+    """Restore `key`'s checkpoint and check it is s_error (pixels, probes) as a replayed state is checked; on
+    any failure the checkpoint is dropped and the reason recorded (the caller replays)."""
+    with timed_stage(result, opts, "restore", "restore s_error from its checkpoint") as stage:
+        try:
+            payload, why = env.restore_checkpoint(key, case.masks)  # type: ignore[attr-defined]
+        except EnvError as exc:
+            raise InfraError("restore", str(exc)) from exc
+        stage.failed = why
+    if why is None:
+        with timed_stage(result, opts, "verify", "verify the restored s_error") as stage:
+            ok, problem, shot = _matches(env, load_png(case.error_png), case.masks, opts, result, "error")
+            if ok and case.probes:
+                ok, problem = _probes_differ(env, case)
+            stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
+        if ok:
+            result.attempts = max(result.attempts, 1)
+            result.reconstruction["restore"] = "checkpoint"
+            if history is not None:
+                history[:] = payload or []
+            return True
+        why = f"the restored desktop is not s_error: {problem}"
+        env.drop_checkpoint(key)  # type: ignore[attr-defined]
+    result.reconstruction["restore"] = f"replay (checkpoint not restored: {why})"
+    return False
+
+
+def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
+            history: list[HistoryStep] | None, with_error: bool) -> None:
     target, error = load_png(case.target_png), load_png(case.error_png)
     problems: list[str] = []
     for attempt in range(1, opts.attempts + 1):

@@ -67,6 +67,11 @@ class ReplayOptions:
     attempts: int = 3  # tries to reconstruct s_target and s_error before declaring an infra error
     verify_tolerance: int = 0  # differing pixels allowed when checking a reconstructed state
     verify_wait: float = 5.0  # seconds a reconstructed state may take to reach its recorded pixels
+    # how s_error is reached: "replay" (reset, prefix, perturbation) or "checkpoint" (restored from the case's
+    # checkpoint on this desktop after its first replay, reconstruct.py); why checkpoints were asked for and
+    # are not to be had here, if so (every record says it)
+    restore: str = "replay"
+    restore_problem: str | None = None
     count_looks: bool = False  # a turn that only looks (screenshot, zoom) spends a step (--retrace-protocol=paper)
     contextualizer: Contextualizer | None = None  # explicit-context's summariser
     verifier: StateVerifier | None = None  # an LLM judge for states that cannot reproduce pixel for pixel

@@ -69,6 +69,12 @@ class TaskGroup:
             with open(file, "w") as fh:
                 fh.write(f"{pid or os.getpid()}\n")
 
+    def leave(self, pid: int) -> None:
+        """Move `pid` back to the group's parent (the worker's group)."""
+        for path in self.dirs:
+            with open(path.parent / "cgroup.procs", "w") as fh:
+                fh.write(f"{pid}\n")
+
     def remove(self) -> None:
         """Remove the group; it must be empty (every process of the last task has exited)."""
         for path in self.dirs:

@@ -41,6 +41,14 @@ from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
+from pytest_retrace.envs.xvfb.checkpoint import (
+    Checkpoint,
+    Checkpoints,
+    copy_tree,
+    errors,
+    remove_sockets,
+    wait_pidfile,
+)
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
 from pytest_retrace.envs.xvfb.xserver import XDesktop
@@ -48,6 +56,10 @@ from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect, park_point
 from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 NETWORK_MODES = ("none", "host")
+# In-task layout: how launch() starts an app (setsid: its session is the task's; the shell waits, so an app
+# that exits early is seen, and a checkpoint ends the shell to hand the app to the task's init)
+# Its streams are opened inside: ones opened outside the task's mount namespace cannot be dumped.
+_LAUNCH_SCRIPT = 'setsid "$@" </dev/null >/dev/null 2>&1 & wait $!'
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
 
 
@@ -67,6 +79,18 @@ class XvfbEnvironment(XDesktop):
         self.memory_limit = memory_limit  # bytes, for all processes of a task together
         self._relays = Relays()  # forward(): the current task's ports
         self.bus_seconds: float | None = None  # what the last accessibility task's buses took to start
+        self.checkpoints = Checkpoints()  # on with enable_checkpoints() (checkpoint.py)
+        self._task: TaskSetup | None = None  # the current task's setup (a restore needs its settle and network)
+
+    def enable_checkpoints(self) -> None:
+        """Before start(): build every desktop in the in-task layout and take checkpoints (checkpoint.py); an
+        EnvError says why they cannot be had here."""
+        if self.root is not None:
+            raise EnvError("enable_checkpoints() after start()")
+        if (why := available()) is not None:
+            raise EnvError(f"checkpoints need the task sandbox, and {why}")
+        self.checkpoints.enable()
+        self.in_task = True
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +107,14 @@ class XvfbEnvironment(XDesktop):
             warnings.warn(f"retrace xvfb: NO SANDBOX, {why}: apps run as this user with HOME={self.root / 'home'}, "
                           f"not {GUEST_HOME}; recorded screens that show paths will not match, and an agent can "
                           f"reach everything this user can", RuntimeWarning, stacklevel=2)
+        if self.in_task and why is not None:
+            raise EnvError(f"retrace xvfb: checkpoints need the task sandbox, and {why}")
+        if self.in_task:
+            self._claim_number()
+            self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, memory=self.memory_limit)
+            self._write_wm_home(self.root / "wm-home")
+            self._start_in_task(network=self.network == "host")  # empty until the first reset
+            return
         self._claim_display()
         self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, enabled=why is None,
                                memory=self.memory_limit)
@@ -90,15 +122,28 @@ class XvfbEnvironment(XDesktop):
         self._connect()
         self.sandbox.start(network=self.network == "host", ipc_of=self._xvfb_pid())  # empty until the first reset
 
+    def _start_in_task(self, network: bool, accessibility: bool = False) -> None:
+        """In-task layout: a new task whose init starts a new X server and window manager (xserver.py)."""
+        assert self.sandbox is not None
+        self._disconnect()
+        self.sandbox.kill()
+        self.sandbox.start(network=network, accessibility=accessibility, desktop=self._desktop_script())
+        self._adopt_desktop()
+
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self.root is None:
             raise EnvError("the environment is not started")
         self._relays.close()
-        self.kill_session()
-        self._restart_display()
         assert self.sandbox is not None
-        self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid(),
-                           accessibility=task.accessibility)
+        self.checkpoints.forget_current()
+        self._task = task
+        if self.in_task:
+            self._start_in_task(task.network or self.network == "host", task.accessibility)
+        else:
+            self.kill_session()
+            self._restart_display()
+            self.sandbox.start(network=task.network or self.network == "host", ipc_of=self._xvfb_pid(),
+                               accessibility=task.accessibility)
         if task.accessibility:  # its judge reads the AT-SPI tree: the task's own buses (envs/accessibility.py)
             self.bus_seconds = start_buses(self.sandbox.popen, self.sandbox.env(), self.root / "logs" / "buses.log")
         self.masks = masks
@@ -113,15 +158,131 @@ class XvfbEnvironment(XDesktop):
             return
         try:
             self._relays.close()
+            if self.in_task:
+                self._disconnect()  # before the X server goes with the task's namespace
             if self.sandbox is not None:
                 self.sandbox.close()  # its processes, then its control group
         finally:
             self._stop_display()
+            self._release_number()
+            self.checkpoints.close()
             if self._claim is not None:
                 self._claim.close()  # after the server is gone: the number is free again
                 self._claim = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def take_checkpoint(self, key: str, payload: object = None) -> str | None:
+        """Dump the current task's desktop as `key`'s checkpoint; None once it is taken, else why not (the desktop
+        is then as it was). A taken checkpoint ends the desktop: restore_checkpoint() it, or reset()."""
+        criu = self.checkpoints.criu
+        if criu is None or not self.in_task or self.sandbox is None or self.sandbox.init_pid is None:
+            return "checkpoints are not enabled on this desktop"
+        if self._task is not None and self._task.accessibility:
+            return "the task's accessibility buses are started from outside its tree"
+        why = self._hand_to_init()
+        if why is not None:
+            return why
+        self._relays.close()
+        self._disconnect()
+        where = self.checkpoints.new_dir()
+        start = time.monotonic()
+        for attempt in range(5):
+            shutil.rmtree(where / "images", ignore_errors=True)
+            (where / "images").mkdir()
+            ok, problem = criu.dump(self.sandbox.init_pid, where / "images", log=where / "dump.log")
+            if ok or "External socket" not in problem:
+                break
+            time.sleep(0.05 * (attempt + 1))  # the X server has not yet seen our connections close
+        seconds = time.monotonic() - start
+        if not ok:
+            shutil.rmtree(where, ignore_errors=True)
+            self._adopt_desktop()  # a failed dump leaves the tree running
+            return f"criu dump failed: {problem}"
+        self.sandbox.kill()  # the dump ended the tree: reap its parent
+        (where / "files").mkdir()
+        for tree in (self.sandbox.home, self.sandbox.tmp):
+            copy_tree(tree, where / "files" / tree.name)
+        self.checkpoints.add(Checkpoint(key, where, payload, round(seconds, 4)))
+        return None
+
+    def has_checkpoint(self, key: str) -> bool:
+        return self.checkpoints.get(key) is not None
+
+    def drop_checkpoint(self, key: str) -> None:
+        self.checkpoints.drop(key)
+
+    def restore_checkpoint(self, key: str, masks: Sequence[Rect] = ()) -> tuple[object, str | None]:
+        """Replace the desktop by `key`'s checkpoint: (its payload, None), or (None, why not); after a failure
+        the desktop is gone and must be reset."""
+        found = self.checkpoints.get(key)
+        criu = self.checkpoints.criu
+        if found is None or criu is None or self.sandbox is None:
+            return None, "no checkpoint of this case on this desktop"
+        self._relays.close()
+        self._disconnect()
+        self.sandbox.kill()
+        for tree in (self.sandbox.home, self.sandbox.tmp):
+            shutil.rmtree(tree, ignore_errors=True)
+            copy_tree(found.files / tree.name, tree)
+            remove_sockets(tree)
+        pidfile = found.dir / f"restored-{found.restores}.pid"
+        found.restores += 1
+        log = found.dir / "restore.log"
+        proc = criu.restore(found.images, pidfile, log, self.sandbox._preexec)
+        pid = wait_pidfile(proc, pidfile, timeout=60)
+        if pid is None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            said = "".join(f.read_text(errors="replace") for f in (log.with_suffix(".out"), log) if f.exists())
+            self.checkpoints.drop(key)
+            return None, f"criu restore failed: {errors(said)}"
+        self.sandbox.adopt(proc, pid)
+        for root_pid, _name in self.sandbox.root_processes():
+            self.sandbox.group.leave(root_pid)  # the X server and window manager, out of the task's group as at start
+        self._adopt_desktop()
+        self.checkpoints.current = key
+        self.masks = masks
+        if self._task is not None:
+            self._settle = self.settle_cfg.at_least(self._task.settle_quiet)
+        return found.payload, None
+
+    def _hand_to_init(self) -> str | None:
+        """Make the task's tree whole for a dump: an app a setup step launched runs under a shell of the task
+        (launch()) whose parent is outside; ending that shell hands the app to the task's init. Anything else
+        whose parent or session is outside the tree: why no dump can be taken."""
+        assert self.sandbox is not None
+        inside = set(self.sandbox.pids(with_root=True)) | {self.sandbox.init_pid}
+        for pid in sorted(inside - {self.sandbox.init_pid}):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # gone meanwhile
+            if int(stat[1]) not in inside and argv[:3] == [b"/bin/sh", b"-c", _LAUNCH_SCRIPT.encode()]:
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            inside = set(self.sandbox.pids(with_root=True)) | {self.sandbox.init_pid}
+            outside = []
+            for pid in sorted(inside):
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                except OSError:
+                    continue
+                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+                if rest[0] == "Z":
+                    continue
+                if pid != self.sandbox.init_pid and int(rest[1]) not in inside:
+                    outside.append(f"{name} (pid {pid}) was started from outside the task and still runs")
+                elif int(rest[3]) not in inside:
+                    outside.append(f"{name} (pid {pid}) is in a session led from outside the task")
+            if not outside:
+                return None
+            time.sleep(0.02)
+        return "; ".join(outside[:3])
 
     # -- processes ---------------------------------------------------------------------------------
     def session_pids(self) -> list[int]:
@@ -207,9 +368,16 @@ class XvfbEnvironment(XDesktop):
         if shutil.which(argv[0]) is None and shutil.which(argv[0], path=self.sandbox.programs) is None:
             raise EnvError(f"{argv[0]} is not installed")
         name = Path(argv[0]).name
-        with self._log(name) as log:
-            proc = self.sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        if self.in_task:
+            # under a shell of the task that a checkpoint can end (_hand_to_init), in a session of the task's own;
+            # its output nowhere: CRIU restores a written file only at the size it had
+            proc = self.sandbox.popen(["/bin/sh", "-c", _LAUNCH_SCRIPT, "retrace-launch", *argv],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
+        else:
+            with self._log(name) as log:
+                proc = self.sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
         if window is None:
             return
         deadline = time.monotonic() + timeout

@@ -45,6 +45,7 @@ from pytest_retrace.envs.guestfs import GuestFS
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.envs.xvfb.cgroups import TaskGroup
 
+WM_HOME = "/home/.retrace-wm"  # the window manager's home inside a task whose desktop runs in it (xserver.py)
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
 NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads
 MEMORY_LIMIT = 4 << 30  # of all a task's processes together (cgroups.py); LibreOffice needs ~0.5 GiB
@@ -100,6 +101,7 @@ class Sandbox:
         self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
         self._children: list[subprocess.Popen[bytes]] = []
         self.accessibility = False  # the current task's: its processes get the accessibility environment
+        self.flag_files = [root / "task.a11y"]  # where the menu's launcher reads it (write_launcher)
         self.group = TaskGroup(f"retrace-X{display.lstrip(':')}", memory=memory, pids=NPROC_LIMIT)
         if enabled and not self.group.create():
             import warnings
@@ -155,16 +157,22 @@ class Sandbox:
         return f"/proc/{self.init_pid}/ns/net"
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, *, network: bool, ipc_of: int | None = None, accessibility: bool = False) -> None:
+    def start(self, *, network: bool, ipc_of: int | None = None, accessibility: bool = False,
+              desktop: Path | None = None) -> None:
         """A fresh task: a home from the template, an empty /tmp, new namespaces, the environment of env().
 
         `ipc_of`: the X server's pid (started with ``x_server_argv``): the task shares its IPC namespace, so
         MIT-SHM works as on any desktop, and that namespace is as fresh as the server, new at every reset.
-        None: an IPC namespace of the task's own, in which no SysV segment can be shown to the X server."""
+        None: an IPC namespace of the task's own, in which no SysV segment can be shown to the X server.
+
+        `desktop`: a script the init runs as root inside the new namespaces, after the mounts and before the
+        hiding ones, which starts the X server and the window manager there (a checkpointable desktop,
+        envs/xvfb/checkpoint.py): the whole desktop is then one process tree, in one IPC namespace."""
         if self._unshare is not None:
             raise EnvError("sandbox: start() while the previous task's namespace is alive; kill() it first")
         self.accessibility = accessibility
-        (self.root / "task.a11y").write_text("1" if accessibility else "")  # for the menu's launcher
+        for flag in self.flag_files:  # for the menu's launcher
+            flag.write_text("1" if accessibility else "")
         for tree in (self.home, self.tmp):
             shutil.rmtree(tree, ignore_errors=True)
         shutil.copytree(self.template, self.home, symlinks=True)
@@ -181,13 +189,21 @@ class Sandbox:
         if not (self.root / "etc").exists():
             self._write_accounts()  # once per desktop: the accounts never change
         number = self.display.lstrip(":")
-        (self.tmp / ".X11-unix" / f"X{number}").touch()  # the mount point of the display's socket
+        if desktop is not None and any(c in str(self.root) for c in ":,\\="):
+            raise EnvError(f"sandbox: the desktop's directory {self.root} has a character overlayfs reads as a "
+                           f"separator: a checkpointable desktop cannot be made there (set TMPDIR)")
+        if desktop is None:
+            (self.tmp / ".X11-unix" / f"X{number}").touch()  # the mount point of the display's socket
         join_ipc = self._join_ipc(ipc_of)
+        # With the desktop inside, the init leads a session of its own (a tree whose session leader is outside
+        # its pid namespace cannot be checkpointed), and there is no cgroup namespace: the X server and window
+        # manager leave the task's group (whose limits are the task's), and CRIU cannot dump a process in a
+        # group above its cgroup namespace's root.
         argv = [*join_ipc, "unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-                "--mount-proc", "--uts", "--cgroup", *([] if join_ipc else ["--ipc"]),
-                *([] if network else ["--net"]), "--",
+                "--mount-proc", "--uts", *([] if desktop else ["--cgroup"]), *([] if join_ipc else ["--ipc"]),
+                *([] if network else ["--net"]), "--", *(["setsid"] if desktop else []),
                 "/bin/sh", "-c", _INIT, "retrace-sandbox", str(self.root), number,
-                "" if network else "isolated", shutil.which("tini") or "", *self.hide]
+                "" if network else "isolated", shutil.which("tini") or "", str(desktop or ""), WM_HOME, *self.hide]
         with open(self.root / "logs" / "sandbox.log", "ab") as log:
             # stdout is the readiness channel: the init says "ready" once every mount is in place
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
@@ -234,15 +250,17 @@ class Sandbox:
             raise EnvError("sandbox: no task is running (reset first)")
         return [*self._prefix(str(self.init_pid)), *argv]
 
-    def _prefix(self, target: str, accessibility: bool | None = None) -> list[str]:
+    def _prefix(self, target: str | None, accessibility: bool | None = None) -> list[str]:
+        """`target`: the pid of the task's init to enter, or None from inside the task's namespaces already."""
         env = ["env", "-i", *(f"{k}={v}" for k, v in self.env(accessibility).items())]
         if not self.enabled:
             return env
         # the home is entered by env -C, inside the namespace: nsenter's --wd=DIR opens DIR *before* it enters
         # the mount namespace, so it failed where the machine has no /home/user and, where it has one, left
         # the app's working directory on the machine's /home/user instead of the task's home
-        return ["nsenter", "--target", target, "--pid", "--mount", "--net", "--ipc", "--uts", "--cgroup", "--",
-                "prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--",
+        enter = [] if target is None else ["nsenter", "--target", target, "--pid", "--mount", "--net", "--ipc",
+                                           "--uts", "--cgroup", "--"]
+        return [*enter, "prlimit", f"--nproc={NPROC_LIMIT}", f"--fsize={FSIZE_LIMIT}", "--",
                 "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--", env[0], env[1], "-C", GUEST_HOME, *env[2:]]
 
@@ -251,16 +269,22 @@ class Sandbox:
         self._children.append(proc)
         return proc
 
-    def write_launcher(self, path: Path, log: Path) -> None:
-        """A script the window manager's menu runs: it starts an app inside whichever task is current."""
-        pid_file = shlex.quote(str(self.root / "task.pid"))
+    def write_launcher(self, path: Path, log: Path, in_task: bool = False) -> None:
+        """A script the window manager's menu runs: it starts an app inside whichever task is current. With
+        `in_task` the window manager runs in the task's namespaces itself (xserver.py), and the script, beside
+        it in its home, reads the task's flags there."""
         # an app opened from the menu gets the current task's environment (task.a11y: start())
-        on, off = (shlex.join(self._prefix("TASKPID", a11y)).replace("TASKPID", '"$pid"') for a11y in (True, False))
+        if in_task:
+            head, flag = "#!/bin/sh\n", '"$(dirname "$0")/../task.a11y"'
+            on, off = (shlex.join(self._prefix(None, a11y)) for a11y in (True, False))
+            self.flag_files.append(path.parent.parent / "task.a11y")
+        else:
+            pid_file = shlex.quote(str(self.root / "task.pid"))
+            head, flag = f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n", shlex.quote(str(self.root / "task.a11y"))
+            on, off = (shlex.join(self._prefix("TASKPID", a11y)).replace("TASKPID", '"$pid"') for a11y in (True, False))
         join = "".join(f"echo $$ >{shlex.quote(f)} || exit 1\n" for f in self.group.join_files)
         out = f'"$@" >>{shlex.quote(str(log))} 2>&1'
-        path.write_text(f"#!/bin/sh\npid=$(cat {pid_file} 2>/dev/null) || exit 1\n{join}"
-                        f"if [ -s {shlex.quote(str(self.root / 'task.a11y'))} ]; then exec {on} {out}; fi\n"
-                        f"exec {off} {out}\n")
+        path.write_text(f"{head}{join}if [ -s {flag} ]; then exec {on} {out}; fi\nexec {off} {out}\n")
         path.chmod(0o755)
 
     def kill(self, timeout: float = 10.0) -> None:
@@ -314,7 +338,29 @@ class Sandbox:
                 raise EnvError(f"processes {pids} survived SIGKILL for {timeout} s")
             time.sleep(0.005)
 
-    def pids(self) -> list[int]:
+    def root_processes(self) -> list[tuple[int, str]]:
+        """(pid, name) of the task's processes that run as root, but its init and keeper: in the in-task layout
+        the X server and the window manager (the task's own processes never run as root)."""
+        found = []
+        for pid in self.pids(with_root=True):
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if fields.get("Uid", "").split()[:1] == ["0"]:
+                found.append((pid, fields.get("Name", "").strip()))
+        return found
+
+    def adopt(self, keeper: subprocess.Popen[bytes], init_pid: int) -> None:
+        """Make a restored tree (checkpoint.py) the current task: `keeper` is the process whose end ends it
+        (CRIU, the tree's parent, as unshare is for a started one), `init_pid` its init."""
+        self._unshare, self.init_pid = keeper, init_pid
+        info = os.stat(f"/proc/{init_pid}/ns/pid")
+        self._ns = (info.st_dev, info.st_ino)
+        (self.root / "task.pid").write_text(f"{init_pid}\n")
+
+    def pids(self, with_root: bool = False) -> list[int]:
         """Every live process the current task started (the members of its PID namespace but its own init
         and the init's keeper, root's ``sleep``), as the host numbers them."""
         if not self.enabled:
@@ -335,8 +381,9 @@ class Sandbox:
             if (info.st_dev, info.st_ino) != self._ns:
                 continue
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-            if fields.get("Uid", "").split()[:1] == ["0"] and fields.get("PPid", "").strip() == str(self.init_pid):
-                continue  # the keeper (a task's orphans are re-parented to the init too, but never run as root)
+            if (not with_root and fields.get("Uid", "").split()[:1] == ["0"]
+                    and fields.get("PPid", "").strip() == str(self.init_pid)):
+                continue  # the keeper, and in the in-task layout the X server and window manager (xserver.py)
             found.append(int(entry.name))
         return found
 
@@ -366,35 +413,49 @@ def _child_of(pid: int) -> int:
 
 # Runs as root inside the fresh namespaces, before anything of the task exists. Binds come before the
 # hiding mounts, which may cover their sources. $1: the desktop's root, $2: display number, $3: "isolated"
-# without network, $4: tini (or empty), then the directories to hide.
+# without network, $4: tini (or empty), $5: the script that starts the X server and window manager in here
+# (or empty: they run outside, and the display's socket is bound in), $6: where their home is seen (WM_HOME),
+# then the directories to hide.
+# Its working directory and standard streams are opened here: ones from outside the mount namespace would
+# tie the tree to the host's mounts, which a checkpoint cannot take.
 _INIT = r"""
 set -eu
-root=$1 display=$2 net=$3 tini=$4
-shift 4
+cd /
+exec </dev/null
+root=$1 display=$2 net=$3 tini=$4 desktop=$5 wm=$6
+shift 6
+if [ -n "$desktop" ]; then desktop=$(cat "$desktop"); fi  # read now: /tmp is about to be the task's
 mount --bind "$root/etc/passwd" /etc/passwd
 mount --bind "$root/etc/group" /etc/group
-mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"
+if [ -z "$desktop" ]; then mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"; fi
 # the desktop's own programs (google-chrome) laid over the machine's /usr/local/bin, read-only; lowerdir is
-# relative to $root, so no character of the desktop's path can be read as one of overlayfs's separators
+# relative to $root, so no character of the desktop's path can be read as one of overlayfs's separators. A
+# checkpointable desktop's is absolute (CRIU mounts it again with the same options, from elsewhere); start()
+# made sure that path has no separator in it.
+lower=programs
+if [ -n "$desktop" ]; then lower=$root/programs; fi
 if [ -d /usr/local/bin ]; then
-  (cd "$root" && mount -t overlay -o lowerdir=programs:/usr/local/bin retrace-programs /usr/local/bin) ||
+  (cd "$root" && mount -t overlay -o "lowerdir=$lower:/usr/local/bin" retrace-programs /usr/local/bin) ||
     echo "retrace-sandbox: no overlay file system: the desktop's own programs are missing" >&2
 fi
 mount -t tmpfs -o mode=755,size=1m retrace-home /home
 mkdir /home/user
 mount --bind "$root/home" /home/user
+if [ -n "$desktop" ]; then mkdir -m 700 "$wm" && mount --bind "$root/wm-home" "$wm"; fi
 mount --rbind "$root/tmp" /tmp
 mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /var/tmp
 mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /dev/shm
 if [ -d /run/lock ]; then mount -t tmpfs -o mode=1777,size=1m,nosuid,nodev retrace-scratch /run/lock; fi
 # a mqueue file system shows the queues of the IPC namespace that mounted it: the task's, not the host's
 if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec retrace-mqueue /dev/mqueue; fi
+if [ "$net" = isolated ]; then ip link set lo up 2>/dev/null || true; fi
+if [ -n "$desktop" ]; then /bin/sh -c "$desktop" retrace-desktop "$display"; fi
 for dir in "$@"; do
   if [ -d "$dir" ]; then mount -t tmpfs -o ro,mode=755,size=4k retrace-hidden "$dir"; fi
 done
-if [ "$net" = isolated ]; then ip link set lo up 2>/dev/null || true; fi
 echo ready
 exec >/dev/null
+if [ -n "$desktop" ]; then exec 2>/dev/null; fi
 if [ -n "$tini" ]; then exec "$tini" -- sleep infinity; fi
 exec sleep infinity
 """

@@ -3,12 +3,18 @@ openbox window manager, and the harness's X connections (screenshots, DAMAGE), w
 
 `XDesktop` is the xvfb environment's base class: environment.py adds the task (sandbox, files, commands,
 input) on top of it.
+
+Two layouts. By default the X server and the window manager are the worker's children, outside the task's
+namespaces, and the display's socket is bound into the task. With ``in_task`` (checkpoints on, checkpoint.py)
+the task's sandbox init starts both inside the task's namespaces, as root: the whole desktop is one process tree
+that CRIU can dump and restore; the harness reaches the display through a link to the socket in the task's /tmp.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -22,7 +28,7 @@ from pytest_retrace.envs import DisplayBlocked, EnvError
 from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, xvfb_argv
 from pytest_retrace.envs.xvfb.damage import DamageWatch
 from pytest_retrace.envs.xvfb.keymap import Keymap
-from pytest_retrace.envs.xvfb.sandbox import Sandbox, die_with_parent, x_server_argv
+from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, die_with_parent, x_server_argv
 from pytest_retrace.envs.xvfb.xthread import XThread
 
 _FIRST_DISPLAY = 10  # leave :0.. to a machine's own desktops
@@ -45,6 +51,7 @@ class XDesktop:
         self._x: XThread | None = None  # the thread both connections live on, each call with a deadline
         self._keymap: Keymap | None = None  # connected on the first character the keymap lacks
         self._claim: IO[str] | None = None  # the lock on our display number
+        self.in_task = False  # the X server and window manager live in the task's namespaces (module docstring)
 
     def _connect(self) -> None:
         import mss
@@ -84,6 +91,59 @@ class XDesktop:
                     proc.kill()
                     proc.wait(timeout=10)
 
+    def _in_task_display(self) -> Path:
+        """In-task layout: where the display's socket is as the host sees it (in the task's /tmp); the host's
+        /tmp/.X11-unix/X<n> links to it, so every X client of the harness connects as usual."""
+        assert self.root is not None
+        return self.root / "tmp" / ".X11-unix" / f"X{self.display.lstrip(':')}"
+
+    def _desktop_script(self) -> Path:
+        """In-task layout: the script the task's sandbox init runs (as root, inside its namespaces, before the
+        harness's trees are hidden; the window manager's home is bound in at WM_HOME by then) to start the X
+        server and the window manager. They leave the task's control
+        group first, as outside: a task that exhausts its memory must not take the X server with it. Their
+        output goes nowhere: a checkpoint restores a file a process writes only at the size it had."""
+        assert self.root is not None and self.sandbox is not None
+        script = self.root / "desktop.sh"
+        if script.exists():
+            return script
+        number = self.display.lstrip(":")
+        wm = WM_HOME
+        leave = " ".join(shlex.quote(str(Path(f).parent.parent / "cgroup.procs")) for f in self.sandbox.group.join_files)
+        xvfb = shlex.join(["env", "-i", f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}",
+                           *xvfb_argv(int(number), self.size, None)])
+        openbox = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in self._wm_env(Path(wm)).items()),
+                              "openbox", "--config-file", f"{wm}/rc.xml"])
+        script.write_text(f"""set -eu
+display=$1
+for f in {leave}; do echo $$ > "$f"; done
+{xvfb} </dev/null >/dev/null 2>&1 &
+i=0
+while [ ! -S "/tmp/.X11-unix/X$display" ]; do
+  i=$((i + 1)); if [ $i -gt 1500 ]; then echo "Xvfb did not start within 15 s" >&2; exit 1; fi
+  sleep 0.01
+done
+{openbox} </dev/null >/dev/null 2>&1 &
+""")
+        return script
+
+    def _wm_env(self, home: Path) -> dict[str, str]:
+        return {**self._host_env(), "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / ".local/share")}
+
+    def _adopt_desktop(self) -> None:
+        """In-task layout, after the sandbox started (or a checkpoint was restored): find the X server and the
+        window manager among the task's processes, wait for the window manager, connect."""
+        assert self.sandbox is not None
+        found = {name: pid for pid, name in self.sandbox.root_processes()}
+        if "Xvfb" not in found:
+            raise EnvError("the X server did not start in the task's namespaces")
+        self._xvfb, self._wm = _Foreign(found["Xvfb"]), _Foreign(found["openbox"]) if "openbox" in found else None
+        if self._wm is None:
+            raise EnvError("openbox did not start in the task's namespaces")
+        self._wait_for_wm()
+        self._connect()
+
     def _restart_display(self) -> None:
         """A fresh X server for every task. Any X client can change server state that no process holds:
         key and modifier mappings (xmodmap), the pointer's button map, held keys and buttons, Caps Lock,
@@ -101,24 +161,61 @@ class XDesktop:
         assert self.root is not None and self.sandbox is not None
         wm_home = self.root / "wm-home"  # the WM runs outside the sandbox: give it a home of its own
         if not wm_home.exists():
-            self._write_menu(wm_home / ".config" / "openbox" / "menu.xml")
-        wm_env = {**self._host_env(), "HOME": str(wm_home), "XDG_CONFIG_HOME": str(wm_home / ".config"),
-                  "XDG_CACHE_HOME": str(wm_home / ".cache"), "XDG_DATA_HOME": str(wm_home / ".local/share")}
+            self._write_wm_home(wm_home)
         self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
-            ["openbox", "--config-file", str(OPENBOX_RC)], env=wm_env,
+            ["openbox", "--config-file", str(OPENBOX_RC)], env=self._wm_env(wm_home),
             stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
         )
         self._wait_for_wm()
 
-    def _write_menu(self, path: Path) -> None:
-        """The root menu, whose entries start apps through a launcher that makes them part of the current
-        task (in its sandbox, with its environment), exactly like a setup launch step."""
+    def _write_wm_home(self, wm_home: Path) -> None:
+        """The window manager's home: its root menu, whose entries start apps through a launcher that makes them
+        part of the current task (in its sandbox, with its environment), exactly like a setup launch step. In the
+        in-task layout the home is seen inside the task at WM_HOME (root's only), with its own rc.xml."""
         assert self.root is not None and self.sandbox is not None
-        launcher = self.root / "bin" / "retrace-launch"
-        launcher.parent.mkdir()
-        self.sandbox.write_launcher(launcher, log=self.root / "logs" / "menu.log")
-        path.parent.mkdir(parents=True)
-        path.write_text(menu_xml([str(launcher)]))
+        seen = Path(WM_HOME) if self.in_task else wm_home
+        (wm_home / "bin").mkdir(parents=True)
+        wm_home.chmod(0o700)
+        log = Path("/dev/null") if self.in_task else self.root / "logs" / "menu.log"
+        self.sandbox.write_launcher(wm_home / "bin" / "retrace-launch", log=log, in_task=self.in_task)
+        menu = wm_home / ".config" / "openbox" / "menu.xml"
+        menu.parent.mkdir(parents=True)
+        menu.write_text(menu_xml([str(seen / "bin" / "retrace-launch")]))
+        if self.in_task:
+            (wm_home / "rc.xml").write_bytes(OPENBOX_RC.read_bytes())
+
+    def _claim_number(self) -> None:
+        """In-task layout: a display number claimed as _claim_display does, without starting a server (the task's
+        sandbox starts it). The host's lock file names this worker, so an X server of anyone else's leaves the
+        number alone; the socket's name links into the task's /tmp."""
+        for number in range(_FIRST_DISPLAY, _FIRST_DISPLAY + 1000):
+            claim = open(f"/tmp/.retrace-X{number}.lock", "a")  # noqa: SIM115 - held until close()
+            try:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                claim.close()
+                continue
+            socket, lock = Path(f"/tmp/.X11-unix/X{number}"), Path(f"/tmp/.X{number}-lock")
+            if lock.exists() or socket.exists() or socket.is_symlink():
+                claim.close()
+                continue
+            try:
+                with open(lock, "x") as fh:
+                    fh.write(f"{os.getpid():10d}\n")
+            except FileExistsError:
+                claim.close()
+                continue
+            self._claim, self.display = claim, f":{number}"
+            Path("/tmp/.X11-unix").mkdir(mode=0o1777, exist_ok=True)
+            socket.symlink_to(self._in_task_display())
+            return
+        raise EnvError(f"no free X display number in {_FIRST_DISPLAY}..{_FIRST_DISPLAY + 999}")
+
+    def _release_number(self) -> None:
+        if self.in_task and self.display:
+            number = self.display.lstrip(":")
+            Path(f"/tmp/.X11-unix/X{number}").unlink(missing_ok=True)
+            Path(f"/tmp/.X{number}-lock").unlink(missing_ok=True)
 
     def _claim_display(self) -> None:
         """Xvfb on the first display number no other server (of ours or anyone's) holds.
@@ -260,5 +357,42 @@ class _Damage:
         return self._x.call(self._watch.wait, timeout, what="DAMAGE wait", extra=max(0.0, timeout))
 
 
+class _Foreign:
+    """The X server or window manager of the in-task layout: a process of the task's tree, not the worker's
+    child, so its exit status is not ours to read (``returncode`` stays None once it is gone)."""
+
+    returncode = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._start = _start_time(pid)
+
+    def poll(self) -> int | None:
+        return None if self._start is not None and _start_time(self.pid) == self._start else _GONE
+
+    def terminate(self) -> None:
+        pass  # ends with the task's namespace (Sandbox.kill)
+
+    kill = terminate
+
+    def wait(self, timeout: float | None = None) -> int:
+        return _GONE
+
+
+_GONE = 256  # _Foreign.poll() of a process that is gone: not an exit status any process can have
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None if gone or a zombie: a pid reused by
+    another process has another start time."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
 def _exit_status(code: int) -> str:
+    if code == _GONE:
+        return "its exit status unknown: a process of the task's tree"
     return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"

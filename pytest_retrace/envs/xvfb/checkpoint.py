@@ -1,0 +1,253 @@
+"""Checkpoints of a whole xvfb desktop with CRIU: ``--retrace-restore=checkpoint`` (docs/checkpoints.md).
+
+A case's error state is reached by replaying its ground-truth prefix and perturbation, and that costs more the
+longer the prefix. With checkpoints, the first test of a case on a desktop replays as always; once s_error is
+verified, the desktop's whole process tree (X server, window manager, every app, in the task's namespaces) is
+dumped with CRIU and the task's files (its home and /tmp) are copied; every test of the case on that desktop
+then restores the tree instead of replaying, and the restored screen and probes are checked as a replayed one.
+
+What it takes, each found by measurement (benchmarks/bench_restore.py):
+- **One tree.** CRIU dumps a process and its descendants. The desktop is built in the in-task layout
+  (xserver.py): the sandbox's init starts the X server and window manager, and an app started by a setup
+  step is handed to the init before a dump (its launcher, a shell inside the task, is ended: the app's new
+  parent is the init). A process started from outside that is still running, or in a session led from
+  outside, cannot be dumped: the test replays, with that reason.
+- **No connection from outside.** The harness's X connections are closed around a dump ("External socket is
+  used" otherwise) and opened again after it.
+- **Files are not processes.** CRIU restores what processes hold, not what is on disk, and refuses a file whose
+  size changed since the dump: the task's home and /tmp are copied right after the dump (the dump ends the tree,
+  so nothing writes in between) and put back before every restore.
+- **A recent CRIU.** Debian 12's criu 3.17 fails on kernels from 6.13 ("Unexpected rt vDSO area bounds"); 4.1
+  works. Found as ``$RETRACE_CRIU`` (a command), a Debian trixie root holding criu (``$RETRACE_CRIU_ROOT``, by
+  default the checkout's ``.tools/criu-root``, which scripts/bootstrap builds with mmdebstrap) run through its
+  own loader, or ``criu`` on the PATH; ``criu check`` must pass.
+- Where root lacks CAP_SYS_RESOURCE (some container hosts), CRIU cannot read the limits of processes of
+  another user: criu_prlimit.c, compiled here, reads them from /proc instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_retrace.envs import EnvError
+
+MAX_KEPT = 4  # checkpoints kept per desktop, least recently used dropped: each is 30-260 MB of images
+MIN_VERSION = (4, 1)
+_CAP_SYS_RESOURCE = 24
+_CHECKOUT = Path(__file__).resolve().parents[3]
+# both at the dump and at every restore: LibreOffice and chromium hold file locks
+_OPTIONS = ("--file-locks",)
+
+
+def _has_capability(bit: int) -> bool:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
+
+
+class Criu:
+    """How to run CRIU here: its command line and environment."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv, self.env = argv, env
+
+    @classmethod
+    def find(cls, work: Path) -> Criu:
+        """A working CRIU, or EnvError saying why there is none (`work`: where to build the preload)."""
+        argv = cls._command()
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        if not _has_capability(_CAP_SYS_RESOURCE):
+            env["LD_PRELOAD"] = str(_build_preload(work))
+        criu = cls(argv, env)
+        try:
+            out = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env,
+                                 check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EnvError(f"criu ({argv[-1]}) does not run: {exc}") from None
+        found = re.search(r"Version:\s*(\d+)\.(\d+)", out.stdout)
+        if found is None or (int(found[1]), int(found[2])) < MIN_VERSION:
+            raise EnvError(f"criu {found[0] if found else '(no version)'} at {argv[-1]}: version "
+                           f"{'.'.join(map(str, MIN_VERSION))} or newer is needed (older ones fail on kernels "
+                           f"from 6.13); scripts/bootstrap builds one in .tools/criu-root")
+        ok, errors = criu.run(["check"], timeout=60)
+        if not ok:
+            raise EnvError(f"criu check failed: {errors}")
+        return criu
+
+    @staticmethod
+    def _command() -> list[str]:
+        if command := os.environ.get("RETRACE_CRIU"):
+            return [command]
+        root = Path(os.environ.get("RETRACE_CRIU_ROOT") or _CHECKOUT / ".tools" / "criu-root")
+        if (root / "usr/sbin/criu").exists():
+            libs = f"{root}/usr/lib/x86_64-linux-gnu:{root}/lib/x86_64-linux-gnu"
+            return [f"{root}/lib64/ld-linux-x86-64.so.2", "--library-path", libs, f"{root}/usr/sbin/criu"]
+        if found := shutil.which("criu"):
+            return [found]
+        raise EnvError(f"no criu: none on the PATH and no {root}/usr/sbin/criu (scripts/bootstrap builds one)")
+
+    def run(self, args: list[str], log: Path | None = None, timeout: float = 120) -> tuple[bool, str]:
+        """(succeeded, its error lines)."""
+        logging = ["-o", str(log), "-v2"] if log else []
+        try:
+            proc = subprocess.run([*self.argv, *args, *logging], capture_output=True, text=True, timeout=timeout,
+                                  env=self.env, stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:
+            return False, f"criu {args[0]} did not finish within {timeout:g} s"
+        return proc.returncode == 0, errors(proc.stdout + proc.stderr + _read(log))
+
+    def dump(self, pid: int, images: Path, log: Path) -> tuple[bool, str]:
+        """Dump the tree of `pid` into `images`; a dumped tree ends (nothing runs on to change its files)."""
+        return self.run(["dump", "-t", str(pid), "-D", str(images), *_OPTIONS], log=log)
+
+    def restore(self, images: Path, pidfile: Path, log: Path, preexec: Any) -> subprocess.Popen[bytes]:
+        """CRIU restoring `images`, in the foreground: it stays the tree's parent until the tree ends, so the
+        tree ends with the worker as a started one does (the init's parent-death signal is CRIU's)."""
+        with open(log.with_suffix(".out"), "wb") as out:  # what CRIU says before its log is open
+            return subprocess.Popen([*self.argv, "restore", "-D", str(images), "--pidfile", str(pidfile),
+                                     "--root", "/", "--manage-cgroups=ignore", *_OPTIONS, "-o", str(log), "-v2"],
+                                    env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    preexec_fn=preexec, cwd="/")
+
+
+def errors(text: str) -> str:
+    """CRIU's error lines (the last few): what a record's reason shows."""
+    # criu 4.1 logs "Can't setup RLIMIT_NOFILE for self" as an error where it may not raise its own limit:
+    # harmless; and "Address already assigned" as it restores the loopback address of a task's network
+    lines = [line.strip() for line in text.splitlines() if "Error" in line and "RLIMIT_NOFILE" not in line
+             and "already assigned" not in line]
+    return "; ".join(lines[-4:]) or text.strip()[-400:]
+
+
+def _read(path: Path | None) -> str:
+    try:
+        return path.read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+
+
+def _build_preload(work: Path) -> Path:
+    source = Path(__file__).with_name("criu_prlimit.c")
+    target = work / "criu_prlimit.so"
+    if not target.exists():
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise EnvError("root here lacks CAP_SYS_RESOURCE, so criu needs criu_prlimit.c built, and there is "
+                           "no C compiler (install gcc)")
+        proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(target), str(source), "-ldl"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise EnvError(f"building {source.name} failed: {proc.stderr.strip()[-400:]}")
+    return target
+
+
+@dataclass
+class Checkpoint:
+    """One case's dumped desktop: CRIU's images and the task's files, and what the caller keeps with it."""
+
+    key: str
+    dir: Path
+    payload: Any  # the replay layer's (the prefix's screenshots, for strategies that show them)
+    dump_seconds: float
+    restores: int = 0
+
+    @property
+    def images(self) -> Path:
+        return self.dir / "images"
+
+    @property
+    def files(self) -> Path:
+        return self.dir / "files"
+
+
+class Checkpoints:
+    """A desktop's checkpoints, by key, the last MAX_KEPT used."""
+
+    def __init__(self) -> None:
+        self.criu: Criu | None = None  # set by enable(): checkpoints are on
+        self._kept: OrderedDict[str, Checkpoint] = OrderedDict()
+        self._dir: Path | None = None
+        self.current: str | None = None  # the key of the checkpoint the desktop was restored from, if any
+
+    def enable(self) -> None:
+        """Find CRIU (EnvError if there is none that works); the images go in a private directory until close()."""
+        self._dir = Path(tempfile.mkdtemp(prefix="retrace-checkpoints-"))  # mode 0700
+        try:
+            self.criu = Criu.find(self._dir)
+        except EnvError:
+            self.close()
+            raise
+
+    def new_dir(self) -> Path:
+        assert self._dir is not None
+        return Path(tempfile.mkdtemp(dir=self._dir))
+
+    def get(self, key: str) -> Checkpoint | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def add(self, checkpoint: Checkpoint) -> None:
+        self.drop(checkpoint.key)
+        self._kept[checkpoint.key] = checkpoint
+        while len(self._kept) > MAX_KEPT:
+            self.drop(next(iter(self._kept)))
+
+    def drop(self, key: str) -> None:
+        old = self._kept.pop(key, None)
+        if old is not None:
+            shutil.rmtree(old.dir, ignore_errors=True)
+
+    def forget_current(self) -> None:
+        self.current = None
+
+    def close(self) -> None:
+        for key in list(self._kept):
+            self.drop(key)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    """A tree with its owners, modes and special files (`cp -a`: the task's files are its user's)."""
+    proc = subprocess.run(["cp", "-a", "--", str(source), str(target)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    if proc.returncode != 0:
+        raise EnvError(f"copying {source} failed: {proc.stderr.strip()[-300:]}")
+
+
+def remove_sockets(tree: Path) -> None:
+    """A copied tree's unix socket files: CRIU binds each listening socket to its path again on restore."""
+    for dirpath, _dirs, names in os.walk(tree):
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_socket():
+                path.unlink()
+
+
+def wait_pidfile(proc: subprocess.Popen[bytes], pidfile: Path, timeout: float) -> int | None:
+    """The restored tree's init, once CRIU wrote it; None if CRIU ended first or the time ran out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = pidfile.read_text().strip()
+        except OSError:
+            text = ""
+        if text.isdigit():
+            return int(text)
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.005)
+    return None
