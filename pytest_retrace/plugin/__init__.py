@@ -60,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [str(p) for p in settings.case_roots] if settings.plan is None else [str(settings.plan)]
     # One malformed case file must not stop the others: it stays a collection error, the rest runs.
     config.option.continue_on_collection_errors = True
+    if settings.restore == "checkpoint" and getattr(config.option, "dist", "no") in ("load", "worksteal"):
+        # a case's checkpoint lives on the desktop that took it: its tests go to one worker (xdist reads the
+        # mode when its session starts, after this)
+        config.option.dist = "loadfile"
     if settings.dry_run:
         config.option.collectonly = True  # list the tests, run none, call no model, need no key
         config.pluginmanager.register(DryRun(settings), "retrace-dry-run")
@@ -154,8 +158,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [f"retrace forward runs: models {models}; env {settings.env.describe()}; at most {settings.max_steps} "
                 f"steps; the tasks of the cases in {cases}"]
     protocol = "; the paper's protocol (docs/paper.md)" if settings.protocol == "paper" else ""
+    restore = "; s_error restored from checkpoints (a case's tests on one worker: --dist loadfile)" \
+        if settings.restore == "checkpoint" else ""
     return [f"retrace: models {models}; env {settings.env.describe()}; budget r={budgets}; "
-            f"SSIM >= {settings.ssim_threshold}; cases {cases}{protocol}"]
+            f"SSIM >= {settings.ssim_threshold}; cases {cases}{protocol}{restore}"]
 
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> list[str] | None:

@@ -105,60 +105,78 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
                 history: list[HistoryStep] | None = None, with_error: bool = True) -> None:
     """Drive a fresh environment to s_target (and on to s_error), verified; retried up to `attempts` times.
 
-    With ``opts.restore == "checkpoint"`` s_error comes from the case's checkpoint on this desktop when there is
-    one, checked as a replayed state is; else it is replayed and a checkpoint taken, and the test goes on from
-    the restored checkpoint like every later one. ``result.reconstruction["restore"]`` says which, and why a
-    test replayed instead."""
-    if not with_error or (opts.restore != "checkpoint" and opts.restore_problem is None):
+    With ``opts.restore == "checkpoint"`` the state comes from the case's checkpoint of it on this desktop when
+    there is one, checked as a replayed state is (pixels; for s_error the probes too). Else it is replayed, and
+    checkpoints of s_target and of s_error are taken on the way, each restored at once so that this test goes
+    on from a restored desktop like every later one. ``result.reconstruction["restore"]`` (s_error) and
+    ``["restore_target"]`` (the oracle's ideal recovery) say which, and why a test replayed."""
+    note = "restore" if with_error else "restore_target"
+    if opts.restore != "checkpoint":
         _replay(env, case, opts, result, history, with_error)
         return
     if opts.restore_problem is not None:
-        result.reconstruction["restore"] = f"replay (checkpoints unavailable: {opts.restore_problem})"
+        result.reconstruction[note] = f"replay (checkpoints unavailable: {opts.restore_problem})"
         _replay(env, case, opts, result, history, with_error)
         return
-    key = f"{case.dir}::{case.id}"
-    if env.has_checkpoint(key) and _restored(env, key, case, opts, result, history):  # type: ignore[attr-defined]
+    state = "error" if with_error else "target"
+    if env.has_checkpoint(_key(case, state)) and _restored(env, case, state, opts, result, history):  # type: ignore[attr-defined]
         return
-    _replay(env, case, opts, result, history, with_error)
-    with timed_stage(result, opts, "checkpoint", "checkpoint s_error"):
-        why = env.take_checkpoint(key, list(history) if history is not None else None)  # type: ignore[attr-defined]
-    if why is not None:
-        result.reconstruction["restore"] = f"replay (no checkpoint: {why})"
-        return
-    if not _restored(env, key, case, opts, result, history):
+    _replay(env, case, opts, result, history, with_error, checkpoint_target=True)
+    if with_error and not _checkpointed(env, case, "error", opts, result, history):
         _replay(env, case, opts, result, history, with_error)  # the dump ended the desktop: replay once more
 
 
-def _restored(env: Environment, key: str, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
+def _key(case: RecoveryCase, state: str) -> str:
+    return f"{case.dir}::{case.id}::{state}"
+
+
+def _checkpointed(env: Environment, case: RecoveryCase, state: str, opts: ReplayOptions, result: RecoveryResult,
+                  history: list[HistoryStep] | None = None) -> bool:
+    """Checkpoint the verified `state` the desktop is in and go on from its restore. False only when the desktop
+    is gone (taken, not restored); a checkpoint that cannot be taken leaves the desktop as it was."""
+    with timed_stage(result, opts, "checkpoint", f"checkpoint s_{state}"):
+        payload = list(history) if history is not None else None
+        why = env.take_checkpoint(_key(case, state), payload)  # type: ignore[attr-defined]
+    if why is not None:
+        result.reconstruction["restore" if state == "error" else "restore_target"] = f"replay (no checkpoint: {why})"
+        return True
+    return _restored(env, case, state, opts, result, history)
+
+
+def _restored(env: Environment, case: RecoveryCase, state: str, opts: ReplayOptions, result: RecoveryResult,
               history: list[HistoryStep] | None) -> bool:
-    """Restore `key`'s checkpoint and check it is s_error (pixels, probes) as a replayed state is checked; on
-    any failure the checkpoint is dropped and the reason recorded (the caller replays)."""
-    with timed_stage(result, opts, "restore", "restore s_error from its checkpoint") as stage:
+    """Restore the case's checkpoint of `state` and check it as a replayed state is checked; on any failure the
+    checkpoint is dropped and the reason recorded (the caller replays)."""
+    key, note = _key(case, state), "restore" if state == "error" else "restore_target"
+    with timed_stage(result, opts, "restore", f"restore s_{state} from its checkpoint") as stage:
         try:
             payload, why = env.restore_checkpoint(key, case.masks)  # type: ignore[attr-defined]
         except EnvError as exc:
             raise InfraError("restore", str(exc)) from exc
         stage.failed = why
     if why is None:
-        with timed_stage(result, opts, "verify", "verify the restored s_error") as stage:
-            ok, problem, shot = _matches(env, load_png(case.error_png), case.masks, opts, result, "error")
-            if ok and case.probes:
+        expected = load_png(case.error_png if state == "error" else case.target_png)
+        with timed_stage(result, opts, "verify", f"verify the restored s_{state}") as stage:
+            ok, problem, shot = _matches(env, expected, case.masks, opts, result, state)
+            if ok and state == "error" and case.probes:
                 ok, problem = _probes_differ(env, case)
             stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
         if ok:
             result.attempts = max(result.attempts, 1)
-            result.reconstruction["restore"] = "checkpoint"
-            if history is not None:
+            result.reconstruction[note] = "checkpoint"
+            if history is not None and state == "error":
                 history[:] = payload or []
             return True
-        why = f"the restored desktop is not s_error: {problem}"
+        why = f"the restored desktop is not s_{state}: {problem}"
         env.drop_checkpoint(key)  # type: ignore[attr-defined]
-    result.reconstruction["restore"] = f"replay (checkpoint not restored: {why})"
+    result.reconstruction[note] = f"replay (checkpoint not restored: {why})"
     return False
 
 
 def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: RecoveryResult,
-            history: list[HistoryStep] | None, with_error: bool) -> None:
+            history: list[HistoryStep] | None, with_error: bool, checkpoint_target: bool = False) -> None:
+    """The replay itself; with `checkpoint_target`, s_target is checkpointed once verified (and the perturbation
+    replayed on its restore), unless the case already has that checkpoint here."""
     target, error = load_png(case.target_png), load_png(case.error_png)
     problems: list[str] = []
     for attempt in range(1, opts.attempts + 1):
@@ -180,6 +198,11 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
             stage.failed, stage.screenshot = (None, None) if ok else (problem, shot)
         if not ok:
             problems.append(f"attempt {attempt}: {problem}")
+            continue
+        if (checkpoint_target and not env.has_checkpoint(_key(case, "target"))  # type: ignore[attr-defined]
+                and not _checkpointed(env, case, "target", opts, result)):
+            problems.append(f"attempt {attempt}: the desktop checkpointed at s_target was not restored")
+            checkpoint_target = False
             continue
         if not with_error:
             return

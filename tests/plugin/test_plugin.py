@@ -478,3 +478,40 @@ def test_a_planted_regression_against_a_saved_baseline_fails_the_gate(project: p
     assert gate["passed"] is False and gate["baseline"]["groups"][0]["regressed"] is True
     res = project.runpytest_subprocess("--retrace-model=cand", "--retrace-baseline=nope", "--collect-only")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.desktop
+def test_checkpoint_restores_give_the_replays_verdicts(project: pytest.Pytester) -> None:
+    """--retrace-restore=checkpoint: each case replays once (on the worker its tests go to) and every other test
+    of it restores the checkpoint; the verdicts are the replays' (oracle all, noop none); nothing is left."""
+    from tests.envs.test_checkpoint import _SKIP
+
+    if _SKIP is not None:
+        pytest.skip(_SKIP)
+    res = project.runpytest_subprocess("--retrace-model=oracle,noop", "--retrace-runs=2", "--retrace-run=cp",
+                                       "--retrace-restore=checkpoint", "-n", "2")
+    res.assert_outcomes(passed=12, failed=12)
+    res.stdout.fnmatch_lines(["*s_error restored from checkpoints*"])
+    assert_no_leftovers(project)
+    g = groups(summary(project, "cp"))
+    assert (g["oracle"]["recovered"], g["noop"]["recovered"], g["oracle"]["errors"] + g["noop"]["errors"]) == (12, 0, 0)
+    recs = records(project, "cp")
+    assert all(r["reconstruction"]["restore"] == "checkpoint" for r in recs)
+    replayed = [r for r in recs if "reset" in r["timings"]]  # the tests that took a case's checkpoint
+    assert sorted(r["case"] for r in replayed) == sorted({r["case"] for r in recs})
+
+
+@pytest.mark.desktop
+def test_checkpoints_unavailable_replay_and_say_why(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETRACE_CRIU", "/nonexistent/criu")
+    res = project.runpytest_subprocess("--retrace-model=oracle", "-k", "typo-short", "--retrace-run=nocp",
+                                       "--retrace-restore=checkpoint")
+    res.assert_outcomes(passed=1)
+    (rec,) = records(project, "nocp")
+    assert rec["reconstruction"]["restore"].startswith("replay (checkpoints unavailable: criu (/nonexistent/criu)")
+
+
+def test_an_unknown_restore_mode_is_a_usage_error(project: pytest.Pytester) -> None:
+    res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-restore=snapshot")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--retrace-restore: 'snapshot' is not one of replay, checkpoint*"])

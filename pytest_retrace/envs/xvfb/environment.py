@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,52 @@ NETWORK_MODES = ("none", "host")
 # Its streams are opened inside: ones opened outside the task's mount namespace cannot be dumped.
 _LAUNCH_SCRIPT = 'setsid "$@" </dev/null >/dev/null 2>&1 & wait $!'
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
+
+
+@dataclass
+class _ProcInfo:
+    name: str
+    parent: int
+    outside_group: bool  # its process group or session was begun outside the task's pid namespace
+    cmdline: list[bytes]
+
+
+def _proc_info(pid: int) -> _ProcInfo | None:
+    """What a dump needs to know of a live process; None if it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    # NSsid/NSpgid end with the ids the task's own namespace gives: 0 where the leader is outside it (a leader
+    # that exited inside is fine: CRIU restores such a group with a helper)
+    ids = status.get("NSsid", "").split()[-1:] + status.get("NSpgid", "").split()[-1:]
+    return _ProcInfo(stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]), "0" in ids, cmdline)
+
+
+def _nested(inside: set[int]) -> list[str]:
+    """Children of the task's processes that are not in its pid namespace: in one of their own (chromium's
+    sandbox makes one), which CRIU cannot dump ("Can't make pidns id")."""
+    found = []
+    for pid in inside:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            if child not in inside:
+                try:
+                    name = Path(f"/proc/{child}/comm").read_text().strip()
+                except OSError:
+                    continue
+                found.append(f"{name} (pid {child}) runs in a pid namespace of its own (an app's sandbox), which "
+                             f"CRIU cannot dump")
+    return found
 
 
 class XvfbEnvironment(XDesktop):
@@ -252,37 +299,31 @@ class XvfbEnvironment(XDesktop):
     def _hand_to_init(self) -> str | None:
         """Make the task's tree whole for a dump: an app a setup step launched runs under a shell of the task
         (launch()) whose parent is outside; ending that shell hands the app to the task's init. Anything else
-        whose parent or session is outside the tree: why no dump can be taken."""
+        whose parent, group or session is outside the tree, or that runs in a pid namespace of its own: why no
+        dump can be taken."""
         assert self.sandbox is not None
-        inside = set(self.sandbox.pids(with_root=True)) | {self.sandbox.init_pid}
-        for pid in sorted(inside - {self.sandbox.init_pid}):
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue  # gone meanwhile
-            if int(stat[1]) not in inside and argv[:3] == [b"/bin/sh", b"-c", _LAUNCH_SCRIPT.encode()]:
+        init = self.sandbox.init_pid
+        ended = []
+        for pid in self.sandbox.pids(with_root=True):
+            info = _proc_info(pid)
+            if info is not None and info.cmdline[:3] == [b"/bin/sh", b"-c", _LAUNCH_SCRIPT.encode()]:
                 os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            inside = set(self.sandbox.pids(with_root=True)) | {self.sandbox.init_pid}
-            outside = []
-            for pid in sorted(inside):
-                try:
-                    stat = Path(f"/proc/{pid}/stat").read_text()
-                except OSError:
-                    continue
-                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-                if rest[0] == "Z":
-                    continue
-                if pid != self.sandbox.init_pid and int(rest[1]) not in inside:
-                    outside.append(f"{name} (pid {pid}) was started from outside the task and still runs")
-                elif int(rest[3]) not in inside:
-                    outside.append(f"{name} (pid {pid}) is in a session led from outside the task")
-            if not outside:
-                return None
-            time.sleep(0.02)
-        return "; ".join(outside[:3])
+        while any(_proc_info(pid) is not None for pid in ended) and time.monotonic() < deadline:
+            time.sleep(0.005)  # the app's new parent is the init once its shell is reaped
+        inside = set(self.sandbox.pids(with_root=True)) | {init}
+        problems = []
+        for pid in sorted(inside - {init}):
+            info = _proc_info(pid)
+            if info is None:
+                continue
+            if info.parent not in inside:
+                problems.append(f"{info.name} (pid {pid}) was started from outside the task and still runs")
+            elif info.outside_group:
+                problems.append(f"{info.name} (pid {pid}) is in a session or process group begun outside the task")
+        problems += _nested(inside)
+        return "; ".join(problems[:3]) or None
 
     # -- processes ---------------------------------------------------------------------------------
     def session_pids(self) -> list[int]:

@@ -135,12 +135,16 @@ done
         """In-task layout, after the sandbox started (or a checkpoint was restored): find the X server and the
         window manager among the task's processes, wait for the window manager, connect."""
         assert self.sandbox is not None
-        found = {name: pid for pid, name in self.sandbox.root_processes()}
-        if "Xvfb" not in found:
-            raise EnvError("the X server did not start in the task's namespaces")
-        self._xvfb, self._wm = _Foreign(found["Xvfb"]), _Foreign(found["openbox"]) if "openbox" in found else None
-        if self._wm is None:
-            raise EnvError("openbox did not start in the task's namespaces")
+        deadline = time.monotonic() + 10  # started in the background: each is `env` until it has exec'd
+        while True:
+            found = {name: pid for pid, name in self.sandbox.root_processes()}
+            if "Xvfb" in found and "openbox" in found:
+                break
+            if time.monotonic() > deadline:
+                raise EnvError(f"the X server and window manager did not start in the task's namespaces "
+                               f"(found: {', '.join(sorted(found)) or 'none'})")
+            time.sleep(0.01)
+        self._xvfb, self._wm = _Foreign(found["Xvfb"]), _Foreign(found["openbox"])
         self._wait_for_wm()
         self._connect()
 

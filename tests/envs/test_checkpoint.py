@@ -1,0 +1,119 @@
+"""Checkpoints of a whole desktop (envs/xvfb/checkpoint.py) on a real Xvfb desktop with real apps and CRIU.
+
+A restored desktop must be the dumped one (every pixel, the files, an app that takes input), as often as it is
+restored; what cannot be dumped must say why and leave the desktop as it was; and the in-task layout the
+checkpoints need must keep the sandbox's promises (the task cannot end the X server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from pytest_retrace.actions import Action
+from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.desktop import DESKTOP_MENU
+from pytest_retrace.envs.xvfb.checkpoint import Criu
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.envs.xvfb.sandbox import available
+from pytest_retrace.replay.cases import Task
+from tests.helpers import REPO
+
+
+def _criu_problem() -> str | None:
+    if available() is not None:
+        return f"no sandbox here: {available()}"
+    try:
+        Criu._command()
+    except EnvError as exc:
+        return str(exc)
+    return None
+
+
+# CI sets RETRACE_REQUIRE_CRIU=1 (scripts/bootstrap installs CRIU): there a missing CRIU fails instead of skipping
+_SKIP = None if os.environ.get("RETRACE_REQUIRE_CRIU") == "1" else _criu_problem()
+pytestmark = [pytest.mark.desktop, pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))]
+
+ok = {"func": "exact_match", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}
+XTERM = Task.model_validate({"id": "t", "instruction": "x", "domain": "test", "evaluator": ok, "setup": [
+    {"type": "launch", "command": list(DESKTOP_MENU[0][1]), "window": "XTerm"}]})
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[XvfbEnvironment]:
+    e = XvfbEnvironment(hide=[REPO])
+    e.enable_checkpoints()
+    e.start()
+    yield e
+    e.close()
+
+
+def typed(env: XvfbEnvironment, line: str) -> None:
+    env.execute(Action("type", text=line + "\n"))
+
+
+def test_a_restored_desktop_is_the_dumped_one_every_time(env: XvfbEnvironment, tmp_path) -> None:
+    env.reset(XTERM, tmp_path)
+    typed(env, "echo before > ~/kept.txt; echo dumped here")
+    env.settle()
+    dumped = env.screenshot()
+    assert env.take_checkpoint("k", payload={"p": 1}) is None
+    for _ in range(2):  # the same images, restored twice: each restore starts from the dump, not the last one
+        payload, why = env.restore_checkpoint("k")
+        assert why is None and payload == {"p": 1}
+        assert np.array_equal(env.screenshot(), dumped)
+        assert env.read_file("~/kept.txt") == b"before\n"
+        assert env.read_file("~/later.txt") is None  # written after the previous restore: gone
+        typed(env, "echo after > ~/later.txt")  # the restored shell takes input and writes files
+        deadline = time.monotonic() + 10
+        while env.read_file("~/later.txt") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert env.read_file("~/later.txt") == b"after\n"
+        assert not np.array_equal(env.screenshot(), dumped)
+
+
+def test_a_process_started_from_outside_is_a_reason_and_the_desktop_stays(env: XvfbEnvironment, tmp_path) -> None:
+    env.reset(XTERM, tmp_path)
+    env.run("sleep 60 >/dev/null 2>&1 &")  # a setup command's background process: its session is outside the tree
+    before = env.screenshot()
+    why = env.take_checkpoint("k2")
+    assert why is not None and "sleep" in why and "outside the task" in why
+    assert np.array_equal(env.screenshot(), before)  # nothing was dumped, nothing ended
+    typed(env, "echo still here")
+    assert not env.has_checkpoint("k2")
+
+
+def test_the_task_cannot_end_the_x_server_inside_its_namespaces(env: XvfbEnvironment, tmp_path) -> None:
+    env.reset(XTERM, tmp_path)
+    typed(env, "pkill -9 Xvfb; pkill -9 openbox; kill -9 -1")  # the X server is root's, in the task's pid namespace
+    time.sleep(0.5)
+    assert env.harness_fault() is None
+    env.screenshot()  # still drawing
+
+
+def test_the_harness_sees_the_x_server_end(tmp_path) -> None:
+    e = XvfbEnvironment(hide=[REPO])
+    e.enable_checkpoints()
+    e.start()
+    try:
+        e.reset(XTERM, tmp_path)
+        assert e._xvfb is not None
+        os.kill(e._xvfb.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while e.harness_fault() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "the X server exited" in (e.harness_fault() or "")
+    finally:
+        e.close()
+
+
+def test_no_working_criu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETRACE_CRIU", "/nonexistent/criu")
+    e = XvfbEnvironment()
+    with pytest.raises(EnvError, match="does not run"):
+        e.enable_checkpoints()
+    assert not e.in_task
