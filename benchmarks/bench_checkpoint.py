@@ -21,6 +21,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -100,7 +101,7 @@ def main() -> None:
     print(f"checkpoint / replay: wall {cw / rw:.2f}x, CPU {cc / rc:.2f}x")
 
     prefixes = prefix_lengths()
-    print(f"\nper app: time to a verified s_error (median s; replay from noop/undo tests, restore from restored tests)")
+    print("\nper app: time to a verified s_error (median s; replay from noop/undo tests, restore from restored tests)")
     print(f"{'app':<20} {'prefix':>9} {'replay':>7} {'restore':>8} {'ratio':>6} {'take (1st test)':>16}")
     apps = sorted({app(r) for r in replay})
     for name in apps:
@@ -113,7 +114,8 @@ def main() -> None:
         take = f"{statistics.median(takes):.2f}" if takes else "-"
         print(f"{name:<20} {','.join(map(str, lengths)):>9} {rep or 0:7.2f} {res or 0:8.2f} {ratio:>6} {take:>16}")
 
-    how = collections.Counter(r["reconstruction"].get("restore", "-") for r in checkpoint)
+    how = collections.Counter(re.sub(r"pid \d+", "pid N", r["reconstruction"].get("restore", "-"))
+                              for r in checkpoint)
     print("\nhow the checkpoint run's tests reached s_error:")
     for text, n in how.most_common():
         print(f"  {n:4d}  {text[:150]}")

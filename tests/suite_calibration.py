@@ -65,7 +65,8 @@ def case_digest(path: Path, suite: Suite = BUILTIN) -> str:
 
 
 def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env: str = "xvfb",
-              workers: int = 16, timeout: float = 3000, suite: Suite = BUILTIN) -> tuple[list[dict], float]:
+              workers: int = 16, timeout: float = 3000, suite: Suite = BUILTIN,
+              restore: str = "replay") -> tuple[list[dict], float]:
     """The baselines on `files` (default: the whole suite) as a user runs them; the records and the wall time."""
     start = time.monotonic()
     options = [f"--retrace-env-option={o}" for o in suite.env_options] if env == "docker" else []
@@ -73,11 +74,13 @@ def run_suite(reports: Path, name: str, *, files: list[Path] | None = None, env:
         [sys.executable, "-m", "pytest", *(map(str, files) if files else []), f"--retrace-model={','.join(MODELS)}",
          f"--retrace-run={name}", f"--retrace-report-dir={reports}", f"--retrace-env={env}", *options,
          *([] if suite is BUILTIN else [f"--retrace-cases={suite.cases_dir}"]), "-n", str(workers),
+         f"--retrace-restore={restore}",
          "-p", "no:cacheprovider", "-q"],
         cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout, check=False,
     )
     seconds = time.monotonic() - start
-    print(f"{name} ({suite.name}, {env}, -n {workers}, {len(files or case_files(suite))} cases): "
+    print(f"{name} ({suite.name}, {env}, -n {workers}, --retrace-restore={restore}, "
+          f"{len(files or case_files(suite))} cases): "
           f"exit {proc.returncode} in {seconds:.0f} s")
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"pytest exited with {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -288,6 +291,8 @@ def main(argv: list[str]) -> int:
     how.add_argument("--check", action="store_true", help="run it again: the flips against the recorded file")
     how.add_argument("--restamp", metavar="REV", help="new digests for the cases unchanged since REV")
     parser.add_argument("--env", choices=("xvfb", "docker"), default="xvfb", help="with --check: where to run")
+    parser.add_argument("--restore", choices=("replay", "checkpoint"), default="replay",
+                        help="with --check: how tests reach s_error (--retrace-restore; docs/checkpoints.md)")
     args = parser.parse_args(argv)
     suite = SUITES[args.suite]
     where = suite.snapshot.relative_to(REPO)
@@ -299,11 +304,12 @@ def main(argv: list[str]) -> int:
         print(f"{len(refused)} case(s) refused, {where} unchanged" if refused else
               f"restamped {where} against {args.restamp}")
         return 1 if refused else 0
-    if args.env != "xvfb" and not args.check:
-        parser.error("the record is an xvfb run; --env docker checks it (--check)")
+    if (args.env != "xvfb" or args.restore != "replay") and not args.check:
+        parser.error("the record is an xvfb run that replays; --env docker and --restore checkpoint check it (--check)")
     # the whole records are kept (reports/ is not tracked): a surprising verdict needs its details to explain it
-    name = time.strftime(f"calibration-{suite.name}-{args.env}-%Y%m%d-%H%M%S")
-    records, seconds = run_suite(REPO / "reports", name, workers=16, timeout=7200, env=args.env, suite=suite)
+    name = time.strftime(f"calibration-{suite.name}-{args.env}-{args.restore}-%Y%m%d-%H%M%S")
+    records, seconds = run_suite(REPO / "reports", name, workers=16, timeout=7200, env=args.env, suite=suite,
+                                 restore=args.restore)
     data = snapshot(records, seconds, 16, suite)
     errors = sum(r["verdict"] == "error" for r in records)
     if args.check:  # the recorded runs stay; this run's own file is kept next to its records, its summary added
@@ -314,6 +320,7 @@ def main(argv: list[str]) -> int:
         print(f"{len(records)} tests, {errors} infrastructure errors, {len(differ)} flips against {where}")
         recorded.setdefault("checks", []).append(
             {"date": data["date"], "commit": data["commit"], "env": args.env, "workers": 16,
+             **({"restore": args.restore} if args.restore != "replay" else {}),
              "seconds": data["seconds"], "tests": len(records), "errors": errors, "flips": len(differ)})
         suite.snapshot.write_text(dumps(recorded))
         return 1 if differ or errors else 0

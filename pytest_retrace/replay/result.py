@@ -111,7 +111,8 @@ class RecoveryResult:
     invalid_steps: int = 0  # replies that did not parse even after a re-ask
     failed_actions: int = 0  # actions the desktop could not complete
     cut_actions: int = 0  # actions of a turn dropped because the budget ran out
-    reconstruction: dict[str, str] = field(default_factory=dict)  # state -> "pixels" | "verifier: ..."
+    # state -> "pixels" | "verifier: ..."; "restore", "restore_target" -> how it was reached (reconstruct.py)
+    reconstruction: dict[str, str] = field(default_factory=dict)
     probes: dict[str, bool | None] = field(default_factory=dict)  # probe -> equals its target value after recovery
     usage: Usage = field(default_factory=Usage)  # the agent's model calls
     context_usage: Usage = field(default_factory=Usage)  # the contextualizer's and verifier's calls

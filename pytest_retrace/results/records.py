@@ -99,7 +99,9 @@ class Record(_Model):
     error: Failure | None = None
     # -- how it got there
     attempts: int = 0  # reconstructions of the target / error state
-    reconstruction: dict[str, str] = {}  # state -> "pixels" | "verifier: ..."
+    # state -> "pixels" | "verifier: ..."; with --retrace-restore=checkpoint also "restore" (s_error) and
+    # "restore_target" (the oracle's ideal recovery) -> "checkpoint" | "replay (<why>)" (docs/checkpoints.md)
+    reconstruction: dict[str, str] = {}
     agent_turns: int = 0
     actions_used: int = 0  # of the budget
     invalid_steps: int = 0

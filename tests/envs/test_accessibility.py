@@ -208,7 +208,7 @@ def test_without_accessibility_the_sandbox_is_unchanged_and_the_tree_a_501(
 def test_an_app_opened_from_the_menu_gets_the_current_tasks_environment(env: XvfbEnvironment) -> None:
     import subprocess
 
-    launcher = env.root / "bin" / "retrace-launch"
+    launcher = env.root / "wm-home" / "bin" / "retrace-launch"
     for accessibility, bus in ((True, "unix:path=/tmp/.runtime-user/bus"), (False, "disabled:")):
         env.reset(Task.model_validate({"id": "m", "instruction": "x", "domain": "test", "evaluator": _TRUE,
                                        "accessibility": accessibility}), Path("."))

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +118,24 @@ def test_no_working_criu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(EnvError, match="does not run"):
         e.enable_checkpoints()
     assert not e.in_task
+
+
+def test_an_app_opened_from_the_menu_runs_as_the_task_and_is_checkpointed(env: XvfbEnvironment, tmp_path) -> None:
+    empty = Task.model_validate({"id": "e", "instruction": "x", "domain": "test", "evaluator": ok})
+    env.reset(empty, tmp_path)
+    env.execute(Action("click", x=640, y=400, button="right"))  # openbox's root menu; its first entry: Terminal
+    env.execute(Action("key", keys=("Down",)))
+    env.execute(Action("key", keys=("Return",)))
+    deadline = time.monotonic() + 30
+    while not env.find_windows("XTerm") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert env.find_windows("XTerm")
+    assert env.sandbox is not None
+    names = {Path(f"/proc/{pid}/comm").read_text().strip(): Path(f"/proc/{pid}/status").read_text()
+             for pid in env.sandbox.pids()}
+    assert "xterm" in names and f"Uid:\t{env.sandbox.uid}" in names["xterm"]  # the task's user, not root
+    env.settle()
+    before = env.screenshot()
+    assert env.take_checkpoint("menu") is None
+    _payload, why = env.restore_checkpoint("menu")
+    assert why is None and np.array_equal(env.screenshot(), before)
