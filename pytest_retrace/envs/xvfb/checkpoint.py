@@ -158,8 +158,8 @@ class Checkpoint:
     key: str
     dir: Path
     payload: Any  # the replay layer's (the prefix's screenshots, for strategies that show them)
-    dump_seconds: float
-    restores: int = 0
+    task: Any  # the task's setup (TaskSetup): a restore takes its settling rules
+    restores: int = 0  # so far: each names its own pid file
 
     @property
     def images(self) -> Path:
@@ -177,7 +177,6 @@ class Checkpoints:
         self.criu: Criu | None = None  # set by enable(): checkpoints are on
         self._kept: OrderedDict[str, Checkpoint] = OrderedDict()
         self._dir: Path | None = None
-        self.current: str | None = None  # the key of the checkpoint the desktop was restored from, if any
 
     def enable(self) -> None:
         """Find CRIU (EnvError if there is none that works); the images go in a private directory until close()."""
@@ -208,9 +207,6 @@ class Checkpoints:
         old = self._kept.pop(key, None)
         if old is not None:
             shutil.rmtree(old.dir, ignore_errors=True)
-
-    def forget_current(self) -> None:
-        self.current = None
 
     def close(self) -> None:
         for key in list(self._kept):

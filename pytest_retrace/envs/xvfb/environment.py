@@ -58,8 +58,8 @@ from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 NETWORK_MODES = ("none", "host")
 # In-task layout: how launch() starts an app (setsid: its session is the task's; the shell waits, so an app
-# that exits early is seen, and a checkpoint ends the shell to hand the app to the task's init)
-# Its streams are opened inside: ones opened outside the task's mount namespace cannot be dumped.
+# that exits early is seen, and a checkpoint ends the shell to hand the app to the task's init). Its streams
+# are opened inside: ones opened outside the task's mount namespace cannot be dumped.
 _LAUNCH_SCRIPT = 'setsid "$@" </dev/null >/dev/null 2>&1 & wait $!'
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
 
@@ -127,7 +127,7 @@ class XvfbEnvironment(XDesktop):
         self._relays = Relays()  # forward(): the current task's ports
         self.bus_seconds: float | None = None  # what the last accessibility task's buses took to start
         self.checkpoints = Checkpoints()  # on with enable_checkpoints() (checkpoint.py)
-        self._task: TaskSetup | None = None  # the current task's setup (a restore needs its settle and network)
+        self._task: TaskSetup | None = None  # the current task's setup (a checkpoint keeps it: its settling rules)
 
     def enable_checkpoints(self) -> None:
         """Before start(): build every desktop in the in-task layout and take checkpoints (checkpoint.py); an
@@ -182,7 +182,6 @@ class XvfbEnvironment(XDesktop):
             raise EnvError("the environment is not started")
         self._relays.close()
         assert self.sandbox is not None
-        self.checkpoints.forget_current()
         self._task = task
         if self.in_task:
             self._start_in_task(task.network or self.network == "host", task.accessibility)
@@ -234,7 +233,6 @@ class XvfbEnvironment(XDesktop):
         self._relays.close()
         self._disconnect()
         where = self.checkpoints.new_dir()
-        start = time.monotonic()
         for attempt in range(5):
             shutil.rmtree(where / "images", ignore_errors=True)
             (where / "images").mkdir()
@@ -242,7 +240,6 @@ class XvfbEnvironment(XDesktop):
             if ok or "External socket" not in problem:
                 break
             time.sleep(0.05 * (attempt + 1))  # the X server has not yet seen our connections close
-        seconds = time.monotonic() - start
         if not ok:
             shutil.rmtree(where, ignore_errors=True)
             self._adopt_desktop()  # a failed dump leaves the tree running
@@ -251,7 +248,7 @@ class XvfbEnvironment(XDesktop):
         (where / "files").mkdir()
         for tree in (self.sandbox.home, self.sandbox.tmp):
             copy_tree(tree, where / "files" / tree.name)
-        self.checkpoints.add(Checkpoint(key, where, payload, round(seconds, 4)))
+        self.checkpoints.add(Checkpoint(key, where, payload, self._task))
         return None
 
     def has_checkpoint(self, key: str) -> bool:
@@ -290,10 +287,10 @@ class XvfbEnvironment(XDesktop):
         for root_pid, _name in self.sandbox.root_processes():
             self.sandbox.group.leave(root_pid)  # the X server and window manager, out of the task's group as at start
         self._adopt_desktop()
-        self.checkpoints.current = key
         self.masks = masks
-        if self._task is not None:
-            self._settle = self.settle_cfg.at_least(self._task.settle_quiet)
+        self._task = found.task  # the checkpointed task's, whatever ran on this desktop last
+        self._settle = self.settle_cfg.at_least(found.task.settle_quiet) if found.task else self.settle_cfg
+        self.sandbox.accessibility = False  # a task with accessibility is never checkpointed
         return found.payload, None
 
     def _hand_to_init(self) -> str | None:
