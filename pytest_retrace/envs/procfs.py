@@ -63,3 +63,16 @@ def cpu_seconds(pids: Iterable[int]) -> float:
         if len(fields) > 14:  # after "(comm)", utime is field 11 (proc(5) number 14)
             ticks += sum(int(f) for f in fields[11:15])
     return ticks / _TICKS
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None if gone or a zombie: a pid reused by
+    another process has another start time."""
+    raw = _read(f"/proc/{pid}/stat")
+    try:
+        fields = raw.decode().rsplit(")", 1)[1].split() if raw else []
+    except (UnicodeDecodeError, IndexError):
+        return None
+    if not fields:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]

@@ -34,11 +34,15 @@ import subprocess
 import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.xvfb.sandbox import available
+from pytest_retrace.envs.xvfb.tree import hand_to_init, root_processes
+from pytest_retrace.screen.frames import Rect
 
 MAX_KEPT = 4  # checkpoints kept per desktop, least recently used dropped: each is 30-260 MB of images
 MIN_VERSION = (4, 1)
@@ -247,3 +251,100 @@ def wait_pidfile(proc: subprocess.Popen[bytes], pidfile: Path, timeout: float) -
             return None
         time.sleep(0.005)
     return None
+
+
+class CheckpointMethods:
+    """XvfbEnvironment's checkpoint methods (kept here, by job): the replay layer calls ``has_checkpoint``,
+    ``take_checkpoint``, ``restore_checkpoint`` and ``drop_checkpoint`` (replay/reconstruct.py)."""
+
+    # set by XvfbEnvironment and XDesktop
+    checkpoints: Checkpoints
+    sandbox: Any
+    root: Path | None
+    in_task: bool
+    _task: Any
+    _relays: Any
+
+    def enable_checkpoints(self) -> None:
+        """Before start(): build every desktop in the in-task layout and take checkpoints (checkpoint.py); an
+        EnvError says why they cannot be had here."""
+        if self.root is not None:
+            raise EnvError("enable_checkpoints() after start()")
+        if (why := available()) is not None:
+            raise EnvError(f"checkpoints need the task sandbox, and {why}")
+        self.checkpoints.enable()
+        self.in_task = True
+
+    def take_checkpoint(self, key: str, payload: object = None) -> str | None:
+        """Dump the current task's desktop as `key`'s checkpoint; None once it is taken, else why not (the desktop
+        is then as it was). A taken checkpoint ends the desktop: restore_checkpoint() it, or reset()."""
+        criu = self.checkpoints.criu
+        if criu is None or not self.in_task or self.sandbox is None or self.sandbox.init_pid is None:
+            return "checkpoints are not enabled on this desktop"
+        if self._task is not None and self._task.accessibility:
+            return "the task's accessibility buses are started from outside its tree"
+        why = hand_to_init(self.sandbox)
+        if why is not None:
+            return why
+        self._relays.close()
+        self._disconnect()
+        where = self.checkpoints.new_dir()
+        for attempt in range(5):
+            shutil.rmtree(where / "images", ignore_errors=True)
+            (where / "images").mkdir()
+            ok, problem = criu.dump(self.sandbox.init_pid, where / "images", log=where / "dump.log")
+            if ok or "External socket" not in problem:
+                break
+            time.sleep(0.05 * (attempt + 1))  # the X server has not yet seen our connections close
+        if not ok:
+            shutil.rmtree(where, ignore_errors=True)
+            self._adopt_desktop()  # a failed dump leaves the tree running
+            return f"criu dump failed: {problem}"
+        self.sandbox.kill()  # the dump ended the tree: reap its parent
+        (where / "files").mkdir()
+        for tree in (self.sandbox.home, self.sandbox.tmp):
+            copy_tree(tree, where / "files" / tree.name)
+        self.checkpoints.add(Checkpoint(key, where, payload, self._task))
+        return None
+
+    def has_checkpoint(self, key: str) -> bool:
+        return self.checkpoints.get(key) is not None
+
+    def drop_checkpoint(self, key: str) -> None:
+        self.checkpoints.drop(key)
+
+    def restore_checkpoint(self, key: str, masks: Sequence[Rect] = ()) -> tuple[object, str | None]:
+        """Replace the desktop by `key`'s checkpoint: (its payload, None), or (None, why not); after a failure
+        the desktop is gone and must be reset."""
+        found = self.checkpoints.get(key)
+        criu = self.checkpoints.criu
+        if found is None or criu is None or self.sandbox is None:
+            return None, "no checkpoint of this case on this desktop"
+        self._relays.close()
+        self._disconnect()
+        self.sandbox.kill()
+        for tree in (self.sandbox.home, self.sandbox.tmp):
+            shutil.rmtree(tree, ignore_errors=True)
+            copy_tree(found.files / tree.name, tree)
+            remove_sockets(tree)
+        pidfile = found.dir / f"restored-{found.restores}.pid"
+        found.restores += 1
+        log = found.dir / "restore.log"
+        proc = criu.restore(found.images, pidfile, log, self.sandbox._preexec)
+        pid = wait_pidfile(proc, pidfile, timeout=60)
+        if pid is None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            said = "".join(f.read_text(errors="replace") for f in (log.with_suffix(".out"), log) if f.exists())
+            self.checkpoints.drop(key)
+            return None, f"criu restore failed: {errors(said)}"
+        self.sandbox.adopt(proc, pid)
+        for root_pid, _name in root_processes(self.sandbox):
+            self.sandbox.group.leave(root_pid)  # the X server and window manager, out of the task's group as at start
+        self._adopt_desktop()
+        self.masks = masks
+        self._task = found.task  # the checkpointed task's, whatever ran on this desktop last
+        self._settle = self.settle_cfg.at_least(found.task.settle_quiet) if found.task else self.settle_cfg
+        self.sandbox.accessibility = False  # a task with accessibility is never checkpointed
+        return found.payload, None

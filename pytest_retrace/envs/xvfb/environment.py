@@ -27,7 +27,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,75 +41,19 @@ from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
-from pytest_retrace.envs.xvfb.checkpoint import (
-    Checkpoint,
-    Checkpoints,
-    copy_tree,
-    errors,
-    remove_sockets,
-    wait_pidfile,
-)
+from pytest_retrace.envs.xvfb.checkpoint import CheckpointMethods, Checkpoints
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
+from pytest_retrace.envs.xvfb.tree import LAUNCH_SCRIPT
 from pytest_retrace.envs.xvfb.xserver import XDesktop
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect, park_point
 from pytest_retrace.screen.settle import SettleConfig, Settled, wait_stable
 
 NETWORK_MODES = ("none", "host")
-# In-task layout: how launch() starts an app (setsid: its session is the task's; the shell waits, so an app
-# that exits early is seen, and a checkpoint ends the shell to hand the app to the task's init). Its streams
-# are opened inside: ones opened outside the task's mount namespace cannot be dumped.
-_LAUNCH_SCRIPT = 'setsid "$@" </dev/null >/dev/null 2>&1 & wait $!'
 MAX_OUTPUT = 1024 * 1024  # of one command's stdout or stderr, as an evaluator reads it
 
 
-@dataclass
-class _ProcInfo:
-    name: str
-    parent: int
-    outside_group: bool  # its process group or session was begun outside the task's pid namespace
-    cmdline: list[bytes]
-
-
-def _proc_info(pid: int) -> _ProcInfo | None:
-    """What a dump needs to know of a live process; None if it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                      if ":" in line)
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    # NSsid/NSpgid end with the ids the task's own namespace gives: 0 where the leader is outside it (a leader
-    # that exited inside is fine: CRIU restores such a group with a helper)
-    ids = status.get("NSsid", "").split()[-1:] + status.get("NSpgid", "").split()[-1:]
-    return _ProcInfo(stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]), "0" in ids, cmdline)
-
-
-def _nested(inside: set[int]) -> list[str]:
-    """Children of the task's processes that are not in its pid namespace: in one of their own (chromium's
-    sandbox makes one), which CRIU cannot dump ("Can't make pidns id")."""
-    found = []
-    for pid in inside:
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            if child not in inside:
-                try:
-                    name = Path(f"/proc/{child}/comm").read_text().strip()
-                except OSError:
-                    continue
-                found.append(f"{name} (pid {child}) runs in a pid namespace of its own (an app's sandbox), which "
-                             f"CRIU cannot dump")
-    return found
-
-
-class XvfbEnvironment(XDesktop):
+class XvfbEnvironment(CheckpointMethods, XDesktop):
     name = "xvfb"
 
     def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
@@ -128,16 +71,6 @@ class XvfbEnvironment(XDesktop):
         self.bus_seconds: float | None = None  # what the last accessibility task's buses took to start
         self.checkpoints = Checkpoints()  # on with enable_checkpoints() (checkpoint.py)
         self._task: TaskSetup | None = None  # the current task's setup (a checkpoint keeps it: its settling rules)
-
-    def enable_checkpoints(self) -> None:
-        """Before start(): build every desktop in the in-task layout and take checkpoints (checkpoint.py); an
-        EnvError says why they cannot be had here."""
-        if self.root is not None:
-            raise EnvError("enable_checkpoints() after start()")
-        if (why := available()) is not None:
-            raise EnvError(f"checkpoints need the task sandbox, and {why}")
-        self.checkpoints.enable()
-        self.in_task = True
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -217,110 +150,6 @@ class XvfbEnvironment(XDesktop):
                 self._claim = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
-
-    # -- checkpoints -------------------------------------------------------------------------------
-    def take_checkpoint(self, key: str, payload: object = None) -> str | None:
-        """Dump the current task's desktop as `key`'s checkpoint; None once it is taken, else why not (the desktop
-        is then as it was). A taken checkpoint ends the desktop: restore_checkpoint() it, or reset()."""
-        criu = self.checkpoints.criu
-        if criu is None or not self.in_task or self.sandbox is None or self.sandbox.init_pid is None:
-            return "checkpoints are not enabled on this desktop"
-        if self._task is not None and self._task.accessibility:
-            return "the task's accessibility buses are started from outside its tree"
-        why = self._hand_to_init()
-        if why is not None:
-            return why
-        self._relays.close()
-        self._disconnect()
-        where = self.checkpoints.new_dir()
-        for attempt in range(5):
-            shutil.rmtree(where / "images", ignore_errors=True)
-            (where / "images").mkdir()
-            ok, problem = criu.dump(self.sandbox.init_pid, where / "images", log=where / "dump.log")
-            if ok or "External socket" not in problem:
-                break
-            time.sleep(0.05 * (attempt + 1))  # the X server has not yet seen our connections close
-        if not ok:
-            shutil.rmtree(where, ignore_errors=True)
-            self._adopt_desktop()  # a failed dump leaves the tree running
-            return f"criu dump failed: {problem}"
-        self.sandbox.kill()  # the dump ended the tree: reap its parent
-        (where / "files").mkdir()
-        for tree in (self.sandbox.home, self.sandbox.tmp):
-            copy_tree(tree, where / "files" / tree.name)
-        self.checkpoints.add(Checkpoint(key, where, payload, self._task))
-        return None
-
-    def has_checkpoint(self, key: str) -> bool:
-        return self.checkpoints.get(key) is not None
-
-    def drop_checkpoint(self, key: str) -> None:
-        self.checkpoints.drop(key)
-
-    def restore_checkpoint(self, key: str, masks: Sequence[Rect] = ()) -> tuple[object, str | None]:
-        """Replace the desktop by `key`'s checkpoint: (its payload, None), or (None, why not); after a failure
-        the desktop is gone and must be reset."""
-        found = self.checkpoints.get(key)
-        criu = self.checkpoints.criu
-        if found is None or criu is None or self.sandbox is None:
-            return None, "no checkpoint of this case on this desktop"
-        self._relays.close()
-        self._disconnect()
-        self.sandbox.kill()
-        for tree in (self.sandbox.home, self.sandbox.tmp):
-            shutil.rmtree(tree, ignore_errors=True)
-            copy_tree(found.files / tree.name, tree)
-            remove_sockets(tree)
-        pidfile = found.dir / f"restored-{found.restores}.pid"
-        found.restores += 1
-        log = found.dir / "restore.log"
-        proc = criu.restore(found.images, pidfile, log, self.sandbox._preexec)
-        pid = wait_pidfile(proc, pidfile, timeout=60)
-        if pid is None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            said = "".join(f.read_text(errors="replace") for f in (log.with_suffix(".out"), log) if f.exists())
-            self.checkpoints.drop(key)
-            return None, f"criu restore failed: {errors(said)}"
-        self.sandbox.adopt(proc, pid)
-        for root_pid, _name in self.sandbox.root_processes():
-            self.sandbox.group.leave(root_pid)  # the X server and window manager, out of the task's group as at start
-        self._adopt_desktop()
-        self.masks = masks
-        self._task = found.task  # the checkpointed task's, whatever ran on this desktop last
-        self._settle = self.settle_cfg.at_least(found.task.settle_quiet) if found.task else self.settle_cfg
-        self.sandbox.accessibility = False  # a task with accessibility is never checkpointed
-        return found.payload, None
-
-    def _hand_to_init(self) -> str | None:
-        """Make the task's tree whole for a dump: an app a setup step launched runs under a shell of the task
-        (launch()) whose parent is outside; ending that shell hands the app to the task's init. Anything else
-        whose parent, group or session is outside the tree, or that runs in a pid namespace of its own: why no
-        dump can be taken."""
-        assert self.sandbox is not None
-        init = self.sandbox.init_pid
-        ended = []
-        for pid in self.sandbox.pids(with_root=True):
-            info = _proc_info(pid)
-            if info is not None and info.cmdline[:3] == [b"/bin/sh", b"-c", _LAUNCH_SCRIPT.encode()]:
-                os.kill(pid, signal.SIGKILL)
-                ended.append(pid)
-        deadline = time.monotonic() + 5
-        while any(_proc_info(pid) is not None for pid in ended) and time.monotonic() < deadline:
-            time.sleep(0.005)  # the app's new parent is the init once its shell is reaped
-        inside = set(self.sandbox.pids(with_root=True)) | {init}
-        problems = []
-        for pid in sorted(inside - {init}):
-            info = _proc_info(pid)
-            if info is None:
-                continue
-            if info.parent not in inside:
-                problems.append(f"{info.name} (pid {pid}) was started from outside the task and still runs")
-            elif info.outside_group:
-                problems.append(f"{info.name} (pid {pid}) is in a session or process group begun outside the task")
-        problems += _nested(inside)
-        return "; ".join(problems[:3]) or None
 
     # -- processes ---------------------------------------------------------------------------------
     def session_pids(self) -> list[int]:
@@ -407,9 +236,9 @@ class XvfbEnvironment(XDesktop):
             raise EnvError(f"{argv[0]} is not installed")
         name = Path(argv[0]).name
         if self.in_task:
-            # under a shell of the task that a checkpoint can end (_hand_to_init), in a session of the task's own;
+            # under a shell of the task that a checkpoint can end (tree.hand_to_init), in a session of the task's own;
             # its output nowhere: CRIU restores a written file only at the size it had
-            proc = self.sandbox.popen(["/bin/sh", "-c", _LAUNCH_SCRIPT, "retrace-launch", *argv],
+            proc = self.sandbox.popen(["/bin/sh", "-c", LAUNCH_SCRIPT, "retrace-launch", *argv],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
         else:

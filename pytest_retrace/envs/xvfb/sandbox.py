@@ -50,6 +50,8 @@ UID_BASE = 1_900_000_000  # far above any account (system, login, or container s
 NPROC_LIMIT = 2048  # processes *and threads* of one desktop's user; LibreOffice alone runs ~30 threads
 MEMORY_LIMIT = 4 << 30  # of all a task's processes together (cgroups.py); LibreOffice needs ~0.5 GiB
 FSIZE_LIMIT = 1 << 30  # the largest file a task's process may write
+# The init of a task's namespaces (a shell script, with its own comments on its arguments)
+_INIT = Path(__file__).with_name("sandbox_init.sh").read_text()
 # Never hidden: the trees the sandbox itself is built from.
 _SYSTEM = frozenset(("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev", "/proc", "/sys", "/var", "/run",
                      "/home", "/tmp", GUEST_HOME))
@@ -338,20 +340,6 @@ class Sandbox:
                 raise EnvError(f"processes {pids} survived SIGKILL for {timeout} s")
             time.sleep(0.005)
 
-    def root_processes(self) -> list[tuple[int, str]]:
-        """(pid, name) of the task's processes that run as root, but its init and keeper: in the in-task layout
-        the X server and the window manager (the task's own processes never run as root)."""
-        found = []
-        for pid in self.pids(with_root=True):
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-            if fields.get("Uid", "").split()[:1] == ["0"]:
-                found.append((pid, fields.get("Name", "").strip()))
-        return found
-
     def adopt(self, keeper: subprocess.Popen[bytes], init_pid: int) -> None:
         """Make a restored tree (checkpoint.py) the current task: `keeper` is the process whose end ends it
         (CRIU, the tree's parent, as unshare is for a started one), `init_pid` its init."""
@@ -409,53 +397,3 @@ def _child_of(pid: int) -> int:
     if len(children) != 1:
         raise EnvError(f"sandbox: unshare has children {children}, expected its one init")
     return int(children[0])
-
-
-# Runs as root inside the fresh namespaces, before anything of the task exists. Binds come before the
-# hiding mounts, which may cover their sources. $1: the desktop's root, $2: display number, $3: "isolated"
-# without network, $4: tini (or empty), $5: the script that starts the X server and window manager in here
-# (or empty: they run outside, and the display's socket is bound in), $6: where their home is seen (WM_HOME),
-# then the directories to hide.
-# Its working directory and standard streams are opened here: ones from outside the mount namespace would
-# tie the tree to the host's mounts, which a checkpoint cannot take.
-_INIT = r"""
-set -eu
-cd /
-exec </dev/null
-root=$1 display=$2 net=$3 tini=$4 desktop=$5 wm=$6
-shift 6
-if [ -n "$desktop" ]; then desktop=$(cat "$desktop"); fi  # read now: /tmp is about to be the task's
-mount --bind "$root/etc/passwd" /etc/passwd
-mount --bind "$root/etc/group" /etc/group
-if [ -z "$desktop" ]; then mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"; fi
-# the desktop's own programs (google-chrome) laid over the machine's /usr/local/bin, read-only; lowerdir is
-# relative to $root, so no character of the desktop's path can be read as one of overlayfs's separators. A
-# checkpointable desktop's is absolute (CRIU mounts it again with the same options, from elsewhere); start()
-# made sure that path has no separator in it.
-lower=programs
-if [ -n "$desktop" ]; then lower=$root/programs; fi
-if [ -d /usr/local/bin ]; then
-  (cd "$root" && mount -t overlay -o "lowerdir=$lower:/usr/local/bin" retrace-programs /usr/local/bin) ||
-    echo "retrace-sandbox: no overlay file system: the desktop's own programs are missing" >&2
-fi
-mount -t tmpfs -o mode=755,size=1m retrace-home /home
-mkdir /home/user
-mount --bind "$root/home" /home/user
-if [ -n "$desktop" ]; then mkdir -m 700 "$wm" && mount --bind "$root/wm-home" "$wm"; fi
-mount --rbind "$root/tmp" /tmp
-mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /var/tmp
-mount -t tmpfs -o mode=1777,size=256m,nosuid,nodev retrace-scratch /dev/shm
-if [ -d /run/lock ]; then mount -t tmpfs -o mode=1777,size=1m,nosuid,nodev retrace-scratch /run/lock; fi
-# a mqueue file system shows the queues of the IPC namespace that mounted it: the task's, not the host's
-if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec retrace-mqueue /dev/mqueue; fi
-if [ "$net" = isolated ]; then ip link set lo up 2>/dev/null || true; fi
-if [ -n "$desktop" ]; then /bin/sh -c "$desktop" retrace-desktop "$display"; fi
-for dir in "$@"; do
-  if [ -d "$dir" ]; then mount -t tmpfs -o ro,mode=755,size=4k retrace-hidden "$dir"; fi
-done
-echo ready
-exec >/dev/null
-if [ -n "$desktop" ]; then exec 2>/dev/null; fi
-if [ -n "$tini" ]; then exec "$tini" -- sleep infinity; fi
-exec sleep infinity
-"""

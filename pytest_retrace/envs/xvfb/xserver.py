@@ -26,9 +26,11 @@ from PIL import Image
 
 from pytest_retrace.envs import DisplayBlocked, EnvError
 from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, xvfb_argv
+from pytest_retrace.envs.procfs import start_time
 from pytest_retrace.envs.xvfb.damage import DamageWatch
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, die_with_parent, x_server_argv
+from pytest_retrace.envs.xvfb.tree import root_processes
 from pytest_retrace.envs.xvfb.xthread import XThread
 
 _FIRST_DISPLAY = 10  # leave :0.. to a machine's own desktops
@@ -139,7 +141,7 @@ done
         assert self.sandbox is not None
         deadline = time.monotonic() + 10  # started in the background: each is `env` until it has exec'd
         while True:
-            found = {name: pid for pid, name in self.sandbox.root_processes()}
+            found = {name: pid for pid, name in root_processes(self.sandbox)}
             if "Xvfb" in found and "openbox" in found:
                 break
             if time.monotonic() > deadline:
@@ -371,10 +373,10 @@ class _Foreign:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._start = _start_time(pid)
+        self._start = start_time(pid)
 
     def poll(self) -> int | None:
-        return None if self._start is not None and _start_time(self.pid) == self._start else _GONE
+        return None if self._start is not None and start_time(self.pid) == self._start else _GONE
 
     def terminate(self) -> None:
         pass  # ends with the task's namespace (Sandbox.kill)
@@ -386,16 +388,6 @@ class _Foreign:
 
 
 _GONE = 256  # _Foreign.poll() of a process that is gone: not an exit status any process can have
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time (field 22 of /proc/PID/stat), None if gone or a zombie: a pid reused by
-    another process has another start time."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _exit_status(code: int) -> str:
