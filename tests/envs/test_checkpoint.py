@@ -139,3 +139,19 @@ def test_an_app_opened_from_the_menu_runs_as_the_task_and_is_checkpointed(env: X
     assert env.take_checkpoint("menu") is None
     _payload, why = env.restore_checkpoint("menu")
     assert why is None and np.array_equal(env.screenshot(), before)
+
+
+def test_a_namespace_file_bound_on_the_host_does_not_stop_a_dump(env: XvfbEnvironment, tmp_path) -> None:
+    """As docker binds each container's /run/docker/netns/ID (CI runs docker tests beside these): the task's copy
+    of the host's mounts must not hold it, or CRIU refuses the dump ("doesn't have a proper root mount")."""
+    import subprocess
+
+    target = tmp_path / "netns"
+    target.touch()
+    subprocess.run(["mount", "--bind", "/proc/self/ns/net", str(target)], check=True)
+    try:
+        env.reset(XTERM, tmp_path)
+        assert env.take_checkpoint("nsfs") is None
+        assert env.restore_checkpoint("nsfs")[1] is None
+    finally:
+        subprocess.run(["umount", str(target)], check=False)

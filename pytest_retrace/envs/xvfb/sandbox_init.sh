@@ -12,6 +12,12 @@ exec </dev/null
 root=$1 display=$2 net=$3 tini=$4 desktop=$5 wm=$6
 shift 6
 if [ -n "$desktop" ]; then desktop=$(cat "$desktop"); fi  # read now: /tmp is about to be the task's
+# the host's namespace files bound somewhere (docker's /run/docker/netns/*, `ip netns`'s): nothing a task needs,
+# and CRIU cannot dump a mount namespace holding them ("doesn't have a proper root mount"); first, while every
+# path still leads where the host's mount table says
+if [ -n "$desktop" ]; then
+  findmnt -rn -t nsfs -o TARGET | while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
+fi
 mount --bind "$root/etc/passwd" /etc/passwd
 mount --bind "$root/etc/group" /etc/group
 if [ -z "$desktop" ]; then mount --bind "/tmp/.X11-unix/X$display" "$root/tmp/.X11-unix/X$display"; fi
