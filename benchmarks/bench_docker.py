@@ -172,7 +172,7 @@ def other_containers(mine: set[str]) -> int | None:
 
         client = docker.from_env()
         try:
-            found = client.containers.list(filters={"label": "pytest-retrace=desktop"})
+            found = client.containers.list(filters={"label": "pytest-retrace=desktop"}, ignore_removed=True)
             return sum(c.id not in mine for c in found)
         finally:
             client.close()

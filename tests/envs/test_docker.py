@@ -170,7 +170,8 @@ def test_limits_labels_and_no_network(env: DockerEnvironment, client, tmp_path: 
 
 
 def _owned_by(client, pid: int) -> list:
-    return [c for c in client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"})
+    listed = client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"}, ignore_removed=True)
+    return [c for c in listed
             if c.labels.get(f"{LABEL}.owner", "").endswith(f":{pid}")]
 
 

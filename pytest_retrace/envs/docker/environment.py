@@ -197,7 +197,9 @@ class DockerEnvironment:
     def _remove_leftovers(self) -> None:
         """Containers of owners that died on this machine without closing (stdin-once normally ends them)."""
         me = socket.gethostname()
-        for container in self._client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"}):
+        # ignore_removed: another worker's container can auto-remove between the listing and its inspection
+        mine = self._client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"}, ignore_removed=True)
+        for container in mine:
             owner_host, _, pid = container.labels.get(f"{LABEL}.owner", "").rpartition(":")
             if owner_host == me and pid.isdigit() and not _pid_alive(int(pid)):
                 with contextlib.suppress(Exception):  # already going (auto-remove)
