@@ -16,6 +16,8 @@ Needs root (the acct syscall). The machine should be otherwise idle: accounting 
 
     .venv/bin/python benchmarks/bench_cpu.py --sample 1                   # every app, 4 cases each, -n 2
     .venv/bin/python benchmarks/bench_cpu.py --workers 16 cases/terminal
+    .venv/bin/python benchmarks/bench_cpu.py --workers 16 --sample 2 --model oracle,noop,undo \
+        --restore checkpoint cases                                        # the calibration's conditions
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ def run_app(cases: str, args: argparse.Namespace, agents: Path, reports: Path, e
     """One pytest run over ``cases`` under process accounting: (wall, CPU-seconds of every process it started and
     reaped, its records, the accounted processes)."""
     name = cases.strip("/").replace("/", "-")
-    cmd = [*userrun.PYTEST, cases, "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
-           f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-q",
+    cmd = [*userrun.PYTEST, cases, f"--retrace-model={args.model}",
+           *([f"--retrace-agents={agents}"] if args.model == "loopback-claude" else []),
+           f"--retrace-report-dir={reports}", f"--retrace-run={name}", f"--retrace-restore={args.restore}", "-q",
            *(["-n", str(args.workers)] if args.workers > 1 else []),
            *(["--retrace-sample", str(args.sample)] if args.sample else [])]
     pacct.unlink(missing_ok=True)
@@ -111,6 +114,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sample", type=int, help="--retrace-sample K of each run (default: every case)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model answer")
+    parser.add_argument("--model", default="loopback-claude",
+                        help="--retrace-model (oracle,noop,undo: the suite calibration's baselines)")
+    parser.add_argument("--restore", default="replay", choices=("replay", "checkpoint"), help="--retrace-restore")
     parser.add_argument("--top", type=int, default=14, help="programs listed (the rest summed)")
     args = parser.parse_args()
     apps = args.cases or sorted(f"cases/{p.name}" for p in (REPO / "cases").iterdir()
@@ -129,7 +135,9 @@ def main() -> None:
             runs.append((app, *run_app(app, args, agents, reports, env, pacct)))
             print(f"  {app}: {len(runs[-1][3])} tests in {runs[-1][1]:.0f} s", flush=True)
 
-    print(f"\n-n {args.workers}, loopback Claude answering after {args.latency:g} s, {os.cpu_count()} cores; CPU-s: "
+    model = (f"loopback Claude answering after {args.latency:g} s" if args.model == "loopback-claude"
+             else f"--retrace-model={args.model}")
+    print(f"\n-n {args.workers}, {model}, --retrace-restore={args.restore}, {os.cpu_count()} cores; CPU-s: "
           "every process the run started (getrusage of the reaped children)")
     print(f"{'cases':<26}{'tests':>6}{'errors':>7}{'wall (s)':>9}{'CPU-s':>8}{'per test':>9}   the most CPU")
     for app, wall, cpu, records, processes in runs:
@@ -161,17 +169,22 @@ def main() -> None:
           "   (and short-lived processes below the accounting's 10 ms tick)")
 
     stage_cpu: defaultdict[str, float] = defaultdict(float)
+    stage_wall: defaultdict[str, float] = defaultdict(float)
     for r in records:
         for stage, seconds in (r.get("cpu") or {}).items():
             stage_cpu[stage] += seconds
+        for stage, seconds in (r.get("timings") or {}).items():
+            stage_wall[stage] += seconds
     in_tests = stage_cpu.pop("total", 0.0)
     workers = sum(s for comm, s, _, _ in processes if comm.startswith("python"))
-    print(f"\nthe pytest processes' own CPU ({workers:.1f} s): by stage of a test, and outside the tests")
-    print(f"{'stage':<18}{'CPU-s':>9}{'per test':>10}{'share':>8}")
-    for stage in [*STAGES, *sorted(set(stage_cpu) - set(STAGES))]:
-        if stage in stage_cpu:
-            seconds = stage_cpu[stage]
-            print(f"{stage:<18}{seconds:>9.1f}{seconds / tests:>10.3f}{100 * seconds / total:>7.1f}%")
+    print(f"\nthe pytest processes' own CPU ({workers:.1f} s): by stage of a test, and outside the tests; next to it "
+          f"the stage's wall time per test (a test's total: {stage_wall.pop('total', 0.0) / tests:.1f} s)")
+    print(f"{'stage':<18}{'CPU-s':>9}{'per test':>10}{'share':>8}{'wall/test':>11}")
+    for stage in [*STAGES, *sorted((set(stage_cpu) | set(stage_wall)) - set(STAGES))]:
+        if stage in stage_cpu or stage in stage_wall:
+            seconds = stage_cpu.get(stage, 0.0)
+            print(f"{stage:<18}{seconds:>9.1f}{seconds / tests:>10.3f}{100 * seconds / total:>7.1f}%"
+                  f"{stage_wall.get(stage, 0.0) / tests:>11.2f}")
     outside = workers - in_tests
     print(f"{'outside the tests':<18}{outside:>9.1f}{outside / tests:>10.3f}{100 * outside / total:>7.1f}%"
           "   (start-up, imports, collection, xdist, fixtures, the records and their images)")
