@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from pytest_retrace.envs.procfs import read_environ
 
 REPO = Path(__file__).resolve().parent.parent
 _TAG = re.compile(rb"RETRACE_(?:ENV|TASK)=([^\0]*)")
+
+
+def interruptible() -> None:
+    """preexec_fn for a run a test will Ctrl-C: SIGINT back to its default. A job a non-interactive shell put in the
+    background (`bash .ci/run &`) ignores SIGINT, every descendant inherits that, and Python then installs no
+    KeyboardInterrupt handler: the run would go on as if never interrupted (two fresh-clone CI failures)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def retrace_processes(prefix: str) -> dict[int, str]:

@@ -25,7 +25,7 @@ from pytest_retrace.envs.config import EnvConfigError, load_env_config
 from pytest_retrace.envs.docker.environment import LABEL, NETWORKS, DockerEnvironment
 from pytest_retrace.envs.steps import FileStep, LaunchStep
 from pytest_retrace.screen.settle import SettleConfig
-from tests.helpers import REPO, docker_client
+from tests.helpers import REPO, docker_client, interruptible
 
 SIZE = (640, 480)
 FAST = SettleConfig(timeout=5.0, quiet=0.2, interval=0.03)
@@ -401,7 +401,7 @@ def test_ctrl_c_leaves_no_container(client) -> None:
     case = sorted((REPO / "cases" / "text-editor").glob("*.yaml"))[0]
     proc = subprocess.Popen([sys.executable, "-m", "pytest", str(case), "--retrace-env=docker", "--retrace-model=oracle",
                              "-p", "no:xdist", "-p", "no:cacheprovider", "-q"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 120
         mine: list = []

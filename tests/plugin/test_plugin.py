@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_no_leftovers, groups, records, summary
+from tests.helpers import assert_no_leftovers, groups, interruptible, records, summary
 
 pytest_plugins = ["pytester"]
 
@@ -98,7 +98,8 @@ def test_ctrl_c_keeps_finished_results_leaves_no_process_and_resume_runs_the_res
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--retrace-model=oracle,noop", "--retrace-run=cc",
                              "-n", "2", "-p", "no:cacheprovider"], cwd=project.path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=interruptible)
     results = project.path / "reports" / "cc" / "results.jsonl"
     deadline = time.monotonic() + 600  # a condition, not a time: CI once took 160 s for the first test under load
     while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 2):
