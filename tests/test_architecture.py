@@ -25,7 +25,7 @@ LAYERS = [
     ["agents", "evaluators", "guest"],
     ["envs"],
     ["screen", "actions"],
-    ["registry", "text"],
+    ["registry", "text", "cachedir", "forkserver"],
 ]
 RANK = {room: i for i, line in enumerate(LAYERS) for room in line}
 MAX_LINES = 400

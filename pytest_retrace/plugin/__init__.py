@@ -135,6 +135,27 @@ class _XdistHooks:
             node.workerinput["retrace_finished"] = sorted(node.config.stash.get(finished_key, ()))
             node.workerinput["retrace_progress"] = progress_enabled(node.config)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
+        """--retrace-workers=fork: the local workers (``popen`` gateways) are forked from one server that
+        imported their heavy modules once (pytest_retrace/forkserver). Remote or customised gateways start as
+        they always do, and so does every worker when the server cannot start (with a warning)."""
+        settings = config.stash.get(settings_key, None)
+        plain = [s for s in specs if s.popen and not s.python and not s.via]
+        if settings is None or settings.workers != "fork" or not plain:
+            return
+        from pytest_retrace.forkserver import ForkServer, ForkServerError, modules_for
+
+        server = ForkServer(modules_for(m.provider for m in settings.models))
+        try:
+            server.start()
+        except (OSError, ForkServerError) as exc:
+            config.issue_config_time_warning(pytest.PytestWarning(f"--retrace-workers=fork: {exc}"), stacklevel=2)
+            return
+        config.add_cleanup(server.close)
+        for spec in plain:
+            spec.python = server.python()
+
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash.get(settings_key, None)

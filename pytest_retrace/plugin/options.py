@@ -81,6 +81,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "restore": ("string", "replay", "how a test reaches s_error: replay (reset, prefix, perturbation, every test) | "
                 "checkpoint (the first test of a case on a desktop replays and checkpoints the whole desktop with "
                 "CRIU; later ones restore it, checked the same way; xvfb only; docs/checkpoints.md)"),
+    "workers": ("string", "fork", "how xdist (-n) starts its workers: fork (from one process that imported pytest, "
+                "numpy, scipy and the models' SDKs once: a fraction of the CPU of a start; README, Speed) | exec "
+                "(each starts an interpreter of its own, xdist's way)"),
     "screen": ("string", "{}x{}".format(*DEFAULT_SCREEN), "desktop size WxH"),
     "report-dir": ("string", "reports", "where run directories are written"),
     "run": ("string", None, "run name (default: timestamp + models)"),
@@ -96,6 +99,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
 }
 
 RESTORES = ("replay", "checkpoint")
+WORKER_STARTS = ("fork", "exec")
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class Settings:
     recovery_agent: ModelConfig | None = None  # None: the model under test's config
     protocol: str = "default"  # default | paper (plugin.experiments.with_protocol)
     restore: str = "replay"  # how s_error is reached: RESTORES (replay/reconstruct.py)
+    workers: str = "fork"  # how xdist starts workers: WORKER_STARTS (pytest_retrace/forkserver)
     keep_screens: bool = False  # the recovered screen of every finished test, for the judge and people (validation)
 
 
@@ -242,6 +247,9 @@ def read_settings(config: pytest.Config) -> Settings | None:
     restore = str(option(config, "restore"))
     if restore not in RESTORES:
         raise pytest.UsageError(f"--retrace-restore: {restore!r} is not one of {', '.join(RESTORES)}")
+    workers = str(option(config, "workers"))
+    if workers not in WORKER_STARTS:
+        raise pytest.UsageError(f"--retrace-workers: {workers!r} is not one of {', '.join(WORKER_STARTS)}")
     network = str(option(config, "network"))
     if network not in ("none", "host"):
         raise pytest.UsageError(f"--retrace-network: {network!r} is not one of none, host")
@@ -272,7 +280,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         hide=(config.rootpath, *case_roots, *agent_dirs, report_dir, Path(sys.prefix),
               *_allure_dir(config)),
         experiment=experiment, max_steps=_number(config, "max-steps", int, 1), osworld_cache=_cache(config),
-        keep_screens=bool(option(config, "keep-screens")), restore=restore,
+        keep_screens=bool(option(config, "keep-screens")), restore=restore, workers=workers,
     )
 
 

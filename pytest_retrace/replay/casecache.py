@@ -23,11 +23,12 @@ import hashlib
 import os
 import pickle
 import shutil
-import stat
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from pytest_retrace.cachedir import private_dir
 
 PACKAGE = Path(__file__).resolve().parent.parent
 VERSION = 1  # of this layout
@@ -47,35 +48,16 @@ def _stamp() -> str:
     return digest.hexdigest()[:24]
 
 
-def _root() -> Path:
-    if explicit := os.environ.get("RETRACE_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pytest-retrace"
-
-
-def _private(path: Path) -> bool:
-    """Ours and writable by no one else: only then may a pickle in it be loaded."""
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
-
-
 @functools.cache
 def directory() -> Path | None:
     """This stamp's entry directory, made if need be; None when the cache is off or its place is not private."""
     if os.environ.get("RETRACE_CASE_CACHE", "1") == "0":
         return None
-    root = _root()
-    cases = root / "cases"
-    here = cases / _stamp()
+    here = private_dir("cases", _stamp())
+    if here is None:
+        return None
+    cases = here.parent
     try:
-        for level in (root, cases, here):
-            level.mkdir(mode=0o700, parents=level is root, exist_ok=True)  # ~/.cache may not exist yet
-            if not _private(level):
-                return None
         for other in cases.iterdir():  # entries of older code: never read again
             if other.name != here.name:
                 shutil.rmtree(other, ignore_errors=True)

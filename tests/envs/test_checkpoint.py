@@ -155,3 +155,18 @@ def test_a_namespace_file_bound_on_the_host_does_not_stop_a_dump(env: XvfbEnviro
         assert env.restore_checkpoint("nsfs")[1] is None
     finally:
         subprocess.run(["umount", str(target)], check=False)
+
+
+def test_the_criu_preload_is_built_once_into_the_private_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where root lacks CAP_SYS_RESOURCE, CRIU runs with criu_prlimit.so preloaded: built once per source into
+    the user's cache (not by every worker), and never taken from a cache others could write to."""
+    monkeypatch.setenv("RETRACE_CACHE_DIR", str(tmp_path / "cache"))
+    first = Criu.find(tmp_path / "w1").env.get("LD_PRELOAD")
+    if first is None:
+        pytest.skip("root has CAP_SYS_RESOURCE here: CRIU needs no preload")
+    built = Path(first).stat()
+    assert Path(first).parent == tmp_path / "cache" / "criu"
+    assert Criu.find(tmp_path / "w2").env["LD_PRELOAD"] == first and Path(first).stat().st_mtime_ns == built.st_mtime_ns
+    (tmp_path / "cache" / "criu").chmod(0o777)
+    (tmp_path / "w3").mkdir()
+    assert Path(Criu.find(tmp_path / "w3").env["LD_PRELOAD"]).parent == tmp_path / "w3"

@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import hashlib
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace import cachedir
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.desktop import TEMPLATE
 
@@ -59,9 +59,7 @@ def _repository(repo: str, variant: str) -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("RETRACE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pytest-retrace")
-    path = Path(root)
+    path = cachedir.root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

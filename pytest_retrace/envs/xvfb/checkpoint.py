@@ -27,6 +27,7 @@ What it takes, each found by measurement (benchmarks/bench_restore.py):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_retrace import cachedir
 from pytest_retrace.envs import EnvError
 from pytest_retrace.envs.xvfb.sandbox import available
 from pytest_retrace.envs.xvfb.tree import hand_to_init, root_processes
@@ -141,17 +143,23 @@ def _read(path: Path | None) -> str:
 
 
 def _build_preload(work: Path) -> Path:
+    """criu_prlimit.so, built once per version of its source: kept in the user's private cache (every worker
+    built its own before, a compiler run each), else in `work`."""
     source = Path(__file__).with_name("criu_prlimit.c")
-    target = work / "criu_prlimit.so"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = (cachedir.private_dir("criu") or work) / f"criu_prlimit-{digest}.so"
     if not target.exists():
         compiler = shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             raise EnvError("root here lacks CAP_SYS_RESOURCE, so criu needs criu_prlimit.c built, and there is "
                            "no C compiler (install gcc)")
-        proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(target), str(source), "-ldl"],
+        partial = target.with_name(f".{target.name}.{os.getpid()}")  # workers build at once: each its own file
+        proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(source), "-ldl"],
                               capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
+            partial.unlink(missing_ok=True)
             raise EnvError(f"building {source.name} failed: {proc.stderr.strip()[-400:]}")
+        os.replace(partial, target)
     return target
 
 

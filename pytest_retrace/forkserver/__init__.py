@@ -1,0 +1,92 @@
+"""xdist workers forked from one process that imported their heavy modules once (``--retrace-workers=fork``).
+
+An API-bound run at ``-n 16`` on a small machine is CPU-bound on its workers' start-up before any test: each
+starts Python, pytest and its plugins and imports numpy, scipy and the provider's SDK (``import anthropic`` alone
+is about 2 CPU-s). :class:`ForkServer` starts zygote.py, which imports those once, and points every ``popen``
+gateway's interpreter at client.py, which has the server fork the worker; the worker then starts exactly as
+execnet starts it (``python -u -c BOOTSTRAP``, the same stdio pipes, cwd and environment), and imports pytest's
+plugins and this one itself (those are never preloaded: pytest must rewrite their asserts).
+
+Differences from a started worker, each on purpose: the modules are imported once, before the worker's own
+environment is in place (none of them reads it at import time); BLAS runs one thread in every worker
+(``OPENBLAS_NUM_THREADS=1`` in the server unless set: a forked child must not inherit a thread pool, and many
+workers on few cores gain nothing from it); workers are children of the server, not of the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ZYGOTE, CLIENT = HERE / "zygote.py", HERE / "client.py"
+READY_TIMEOUT = 30.0  # seconds for the server to bind its socket (an interpreter's start)
+
+# What every worker of this plugin imports, in the order it does; each provider's SDK only when a model uses it.
+COMMON = ("pytest", "numpy", "scipy.ndimage", "scipy.signal", "PIL.Image", "PIL.PngImagePlugin", "pydantic", "yaml",
+          "Xlib.display", "Xlib.ext.damage", "skimage.metrics", "jsonschema", "requests")
+SDKS = {"anthropic": ("anthropic",), "openai": ("openai",), "openai-compat": ("openai",)}
+
+
+def modules_for(providers: Iterable[str]) -> list[str]:
+    sdks = [m for p in dict.fromkeys(providers) for m in SDKS.get(p, ())]
+    return [*COMMON, *dict.fromkeys(sdks)]
+
+
+class ForkServerError(RuntimeError):
+    pass
+
+
+class ForkServer:
+    def __init__(self, modules: list[str]) -> None:
+        self.modules = modules
+        self._dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> Path:
+        assert self._dir is not None, "not started"
+        return self._dir / "fork.sock"
+
+    def start(self) -> None:
+        """Start the server; returns once it listens (it imports the modules after: a worker that asks before
+        waits for them, never for the interpreter it replaces)."""
+        self._dir = Path(tempfile.mkdtemp(prefix="retrace-fork-"))  # 0700: only this user may connect
+        env = dict(os.environ)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        self._proc = subprocess.Popen([sys.executable, str(ZYGOTE), str(self.socket), *self.modules],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], READY_TIMEOUT)
+        line = self._proc.stdout.readline() if ready else b""
+        if line.strip() != b"listening":
+            self.close()
+            raise ForkServerError(f"the fork server did not start within {READY_TIMEOUT:g} s "
+                                  f"(printed {line[:200]!r}); workers start as usual")
+
+    def python(self) -> str:
+        """The ``python=`` of an execnet spec that has this server start the worker."""
+        return shlex.join([sys.executable, "-I", "-S", str(CLIENT), str(self.socket)])
+
+    def close(self) -> None:
+        """Stop the server (closing its stdin): every worker it still has is killed. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None

@@ -1,0 +1,51 @@
+"""--retrace-workers: xdist's workers forked from the fork server (the default) or started as xdist starts them,
+on real desktops: the same verdicts, the plugin's asserts still rewritten, nothing left behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import assert_no_leftovers, records
+
+pytest_plugins = ["pytester"]
+
+# each worker writes down its parent's command line: the fork server's, or the controller's
+CONFTEST = '''
+import os
+from pathlib import Path
+
+
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+        Path("parents").mkdir(exist_ok=True)
+        Path("parents", worker).write_text(parent)
+'''
+
+
+@pytest.mark.desktop
+def test_forked_workers_give_the_verdicts_of_started_ones(project: pytest.Pytester) -> None:
+    project.makeconftest(CONFTEST)
+    verdicts, parents = {}, {}
+    for start in ("fork", "exec"):
+        res = project.runpytest_subprocess("--retrace-model=oracle,noop", "-k", "typo-short or select-all-short", "-n",
+                                           "2", f"--retrace-workers={start}", f"--retrace-run={start}",
+                                           "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning")
+        res.assert_outcomes(passed=2, failed=2)
+        verdicts[start] = {r["nodeid"]: (r["verdict"], r["r_o"], r["r_tc"]) for r in records(project, start)}
+        parents[start] = {p.read_text() for p in (project.path / "parents").iterdir()}
+        assert len(parents[start]) >= 1
+        for p in (project.path / "parents").iterdir():
+            p.unlink()
+    assert verdicts["fork"] == verdicts["exec"]
+    assert all("pytest_retrace/forkserver/zygote.py" in p for p in parents["fork"]), parents
+    assert not any("zygote.py" in p for p in parents["exec"]), parents
+    assert not list(project._retrace_tmp.glob("retrace-fork-*"))  # type: ignore[attr-defined]
+    assert_no_leftovers(project)
+
+
+def test_a_wrong_worker_start_is_a_usage_error(project: pytest.Pytester) -> None:
+    res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-workers=spawn")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--retrace-workers: 'spawn' is not one of fork, exec*"])
