@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run(workers: int, start_mode: str, agents: Path, reports: Path, extra: list[str],
         env: dict[str, str]) -> tuple[float, float, list[dict]]:
-    name = f"n{workers}-{start_mode}"
+    name = f"n{workers}-{start_mode}-{len(list(reports.glob('*')))}"  # a --start given twice runs twice
     cmd = [*userrun.PYTEST, "--retrace-model=loopback-claude", f"--retrace-agents={agents}",
            f"--retrace-report-dir={reports}", f"--retrace-run={name}", "-q", f"--retrace-workers={start_mode}",
            *(["-n", str(workers)] if workers > 1 else []), *extra]
@@ -58,7 +58,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model answer")
     parser.add_argument("--start", nargs="+", default=["fork"], choices=("fork", "exec"),
-                        help="--retrace-workers: how xdist starts workers; each runs every --workers count")
+                        help="--retrace-workers: how xdist starts workers; each runs every --workers count "
+                             "(`--start exec fork exec fork`: each twice, alternating, as this machine's speed drifts)")
     parser.add_argument("-k", help="pytest -k expression (default: the whole suite)")
     args = parser.parse_args()
 

@@ -157,6 +157,30 @@ def test_a_namespace_file_bound_on_the_host_does_not_stop_a_dump(env: XvfbEnviro
         subprocess.run(["umount", str(target)], check=False)
 
 
+
+def test_a_container_that_ends_between_dump_and_restore_does_not_stop_the_restore(env: XvfbEnvironment,
+                                                                                   tmp_path) -> None:
+    """As docker mounts each container's file system at /var/lib/docker/overlay2/ID/merged and removes it when the
+    container ends (CI runs docker tests beside these): the task's copy of the host's mounts must not hold it, or
+    CRIU cannot restore ("Can't stat mountpoint"), which once made a restore fall back to replay in CI."""
+    import shutil
+    import subprocess
+
+    if not Path("/var/lib/docker").is_dir():
+        pytest.skip("no /var/lib/docker here")
+    where = Path("/var/lib/docker") / f"retrace-test-{os.getpid()}" / "merged"
+    where.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "retrace-test", str(where)], check=False).returncode == 0
+    try:
+        env.reset(XTERM, tmp_path)
+        assert env.take_checkpoint("gone") is None
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(where)], check=False)
+        shutil.rmtree(where.parent, ignore_errors=True)
+    assert mounted
+    assert env.restore_checkpoint("gone")[1] is None
+
 def test_the_criu_preload_is_built_once_into_the_private_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where root lacks CAP_SYS_RESOURCE, CRIU runs with criu_prlimit.so preloaded: built once per source into
     the user's cache (not by every worker), and never taken from a cache others could write to."""

@@ -14,9 +14,13 @@ shift 6
 if [ -n "$desktop" ]; then desktop=$(cat "$desktop"); fi  # read now: /tmp is about to be the task's
 # the host's namespace files bound somewhere (docker's /run/docker/netns/*, `ip netns`'s): nothing a task needs,
 # and CRIU cannot dump a mount namespace holding them ("doesn't have a proper root mount"); first, while every
-# path still leads where the host's mount table says
+# path still leads where the host's mount table says. Likewise the file systems of containers (docker's
+# /var/lib/docker/overlay2/ID/merged, containerd's): one that ends between a dump and its restore leaves CRIU a
+# mount it cannot make again ("Can't stat mountpoint").
 if [ -n "$desktop" ]; then
   findmnt -rn -t nsfs -o TARGET | while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
+  findmnt -rn -o TARGET | grep -E '^/(var/lib|run)/(docker|containerd)(/|$)' | sort -r |
+    while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
 fi
 mount --bind "$root/etc/passwd" /etc/passwd
 mount --bind "$root/etc/group" /etc/group
