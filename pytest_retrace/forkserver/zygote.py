@@ -47,8 +47,14 @@ def rewritable() -> set[str]:
 
 
 def preload(modules: list[str]) -> list[str]:
-    """Import what may be imported; returns what was. A module that fails is left to the worker, which reports it."""
+    """Import what may be imported; returns what was. A module that fails is left to the worker, which reports it.
+
+    A preloaded module may import one of a plugin's distribution (the SDKs import anyio,
+    whose distribution has a pytest11 entry point): its asserts are not rewritten, as they would not be had the
+    worker imported it before pytest either; its docstring then carries pytest's own marker for a module not to
+    rewrite, PYTEST_DONT_REWRITE, which is all pytest's warning about it checks."""
     skip = rewritable()
+    before = {name.partition(".")[0] for name in sys.modules}
     done = []
     for name in modules:
         if name.partition(".")[0] in skip:
@@ -58,6 +64,10 @@ def preload(modules: list[str]) -> list[str]:
         except Exception:  # noqa: BLE001, S112 - the worker imports it again and shows the error where it matters
             continue
         done.append(name)
+    for name in skip & ({name.partition(".")[0] for name in sys.modules} - before):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.__doc__ = f"{module.__doc__ or ''}\n\nPYTEST_DONT_REWRITE: imported by pytest-retrace's fork server"
     return done
 
 

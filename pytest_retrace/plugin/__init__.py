@@ -2,7 +2,7 @@
 ``retrace``): it wires the run together at configure time; each job is a module of its own, registered with
 it (pytest_addhooks): options.py (options and Settings), collection.py (case files, parametrisation,
 sample and resume), fixtures.py (the worker's fixtures and the test's record), controller.py (records, summary,
-gate and baseline at session end), dryrun.py. The state of a run lives in ``config.stash``; xdist results
+gate and baseline at session end), workers.py (how xdist's workers start), dryrun.py. The state of a run lives in ``config.stash``; xdist results
 reach the controller inside the test reports."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pytest_retrace.plugin.options import (
     read_settings,
     settings_key,
 )
+from pytest_retrace.plugin.workers import ForkedWorkers, distributes
 from pytest_retrace.results import rundir
 from pytest_retrace.results.records import RecordError
 from pytest_retrace.results.session import RetraceSession, new_run_name
@@ -70,6 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
+        if settings.workers == "fork" and distributes(config):
+            config.pluginmanager.register(ForkedWorkers(config, settings), "retrace-forked-workers")
         if not config.option.collectonly:
             check_models(settings)
         session = RetraceSession(_run_dir_of(config, settings))
@@ -134,27 +137,6 @@ class _XdistHooks:
             node.workerinput["retrace_run_dir"] = str(session.run_dir)
             node.workerinput["retrace_finished"] = sorted(node.config.stash.get(finished_key, ()))
             node.workerinput["retrace_progress"] = progress_enabled(node.config)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
-        """--retrace-workers=fork: the local workers (``popen`` gateways) are forked from one server that
-        imported their heavy modules once (pytest_retrace/forkserver). Remote or customised gateways start as
-        they always do, and so does every worker when the server cannot start (with a warning)."""
-        settings = config.stash.get(settings_key, None)
-        plain = [s for s in specs if s.popen and not s.python and not s.via]
-        if settings is None or settings.workers != "fork" or not plain:
-            return
-        from pytest_retrace.forkserver import ForkServer, ForkServerError, modules_for
-
-        server = ForkServer(modules_for(m.provider for m in settings.models))
-        try:
-            server.start()
-        except (OSError, ForkServerError) as exc:
-            config.issue_config_time_warning(pytest.PytestWarning(f"--retrace-workers=fork: {exc}"), stacklevel=2)
-            return
-        config.add_cleanup(server.close)
-        for spec in plain:
-            spec.python = server.python()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

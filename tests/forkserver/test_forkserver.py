@@ -107,3 +107,12 @@ def test_modules_pytest_rewrites_are_never_preloaded() -> None:
     skip = rewritable()
     assert {"pytest_retrace", "xdist"} <= skip and "numpy" not in skip
     assert preload(["xdist", "colorsys", "no_such_module_here"]) == ["colorsys"]
+
+
+def test_a_plugin_module_a_preload_drags_in_is_marked_not_to_rewrite() -> None:
+    """The SDKs import anyio, and anyio's distribution is a pytest plugin: pytest warns about a
+    module of a plugin's distribution imported before it started, unless the module says PYTEST_DONT_REWRITE."""
+    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; preload(['anthropic']); "
+            "print('PYTEST_DONT_REWRITE' in sys.modules['anyio'].__doc__)").replace("SRC", repr(str(CLIENT.parent)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "True", proc.stderr

@@ -49,3 +49,15 @@ def test_a_wrong_worker_start_is_a_usage_error(project: pytest.Pytester) -> None
     res = project.runpytest_subprocess("--retrace-model=oracle", "--retrace-workers=spawn")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--retrace-workers: 'spawn' is not one of fork, exec*"])
+
+
+def test_workers_forked_with_a_preloaded_sdk_warn_of_nothing(project: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Claude model has the server import anthropic, which imports anyio, a pytest plugin's package: pytest in
+    every worker would warn that it cannot rewrite it (it did, in a benchmark)."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")  # no call is made: every test is deselected
+    res = project.runpytest_subprocess("--retrace-model=claude-sonnet-4.6", "-n", "2", "-k", "no-such-test",
+                                       "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "rewritten" not in res.stdout.str() + res.stderr.str()
+    assert "2 workers" in res.stdout.str() or "created: 2/2 workers" in res.stdout.str()
