@@ -31,7 +31,7 @@ READY_TIMEOUT = 30.0  # seconds for the server to bind its socket (an interprete
 
 # What every worker of this plugin imports, in the order it does; each provider's SDK only when a model uses it.
 COMMON = ("pytest", "numpy", "scipy.ndimage", "scipy.signal", "PIL.Image", "PIL.PngImagePlugin", "pydantic", "yaml",
-          "Xlib.display", "Xlib.ext.damage", "skimage.metrics", "jsonschema", "requests")
+          "Xlib.display", "Xlib.ext.damage", "skimage.metrics", "requests")
 SDKS = {"anthropic": ("anthropic",), "openai": ("openai",), "openai-compat": ("openai",)}
 
 
