@@ -56,15 +56,18 @@ class CommandGetter(_Model):
 
 
 # What `process` can read of a process, each line of its value prefixed with the field's name. Only what a
-# replay reproduces: no pids; pipes and sockets by kind (their inode numbers change with every run); an open
-# file outside the home and /dev as `outside` (the harness's per-desktop log files). Not the environment:
+# replay reproduces: no pids; pipes and sockets by kind (their inode numbers change with every run); a
+# terminal as /dev/pts (the host's ptys are numbered in one sequence, so its number depends on every other
+# desktop's terminals); an open file outside the home and /dev as `outside` (the harness's per-desktop log
+# files). Not the environment:
 # it holds the desktop's display and directories, which differ between workers.
 PROCESS_FIELDS = ("cwd", "fds", "children", "cmdline")
 ProcessField = Literal["cwd", "fds", "children", "cmdline"]
 _PROCESS_READS = {
     "cwd": 'echo "cwd $(readlink "$p/cwd")"',
     "fds": ('for f in "$p"/fd/*; do t=$(readlink "$f"); '
-            'case "$t" in /home/user|/home/user/*|/dev/*) ;; /*) t=outside ;; *) t=${t%%:*} ;; esac; '
+            'case "$t" in /dev/pts/[0-9]*) t=/dev/pts ;; /home/user|/home/user/*|/dev/*) ;; /*) t=outside ;; '
+            '*) t=${t%%:*} ;; esac; '
             'echo "fd ${f##*/} $t"; done'),
     "children": 'for c in $(cat "$p"/task/*/children); do echo "child $(tr \'\\0\' \' \' < /proc/$c/cmdline)"; done',
     "cmdline": 'echo "cmdline $(tr \'\\0\' \' \' < "$p/cmdline")"',

@@ -4,6 +4,7 @@ oracle's restore from doing nothing."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -116,17 +117,22 @@ def test_a_process_probe_sees_a_background_job_but_not_an_alias(env: XvfbEnviron
 
     task = Task.model_validate(TASK)
     shell = ProcessGetter(type="process", name="bash", read=["cwd", "fds", "children", "cmdline"])
+    # ptys held elsewhere on the host (here: by this test, under xdist by other workers' terminals) push the
+    # xterm's /dev/pts number up; released before the second reset, its number falls: the value must not move
+    held = [os.openpty() for _ in range(3)]
     env.reset(task, tmp_path)
     fresh = env.run(shell.command).stdout
-    # one line: the xterm's bash, its home, its terminal; no pid and no harness path (fds outside the home)
-    assert fresh.count("\n") == 1 and "cwd /home/user\t" in fresh and "fd 0 /dev/pts/" in fresh, fresh
+    # one line: the xterm's bash, its home, its terminal; no pid, no pty number, no harness path
+    assert fresh.count("\n") == 1 and "cwd /home/user\t" in fresh and "fd 0 /dev/pts\t" in fresh, fresh
     assert "retrace" not in fresh and "child" not in fresh
     env.execute(parse_action("pyautogui.write('alias echo=false; clear\\n')")[0])
     assert env.run(shell.command).stdout == fresh  # the alias changed nothing the probe can read
     env.execute(parse_action("pyautogui.write('sleep 600 & clear\\n')")[0])
     job = env.run(shell.command).stdout
     assert "child sleep 600 \t" in job and job.replace("child sleep 600 \t", "") == fresh
-    env.reset(task, tmp_path)  # a new sandbox, new pids: the same value
+    for fd in (fd for pair in held for fd in pair):
+        os.close(fd)
+    env.reset(task, tmp_path)  # a new sandbox, new pids, another pty number: the same value
     assert probe_value(env, shell) == digest(b"0\n" + fresh.encode())
 
 
