@@ -180,14 +180,13 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
     target, error = load_png(case.target_png), load_png(case.error_png)
     problems: list[str] = []
     for attempt in range(1, opts.attempts + 1):
-        result.attempts = attempt
+        result.attempts = max(result.attempts, attempt)  # the most any reconstruction of this test took
         if history is not None:
             history.clear()
-        with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
-            try:
-                reset(env, case.task, case.dir, masks=case.masks)
-            except EnvError as exc:
-                raise InfraError("reset", str(exc)) from exc
+        failed = _reset(env, case.task, case.dir, case.masks, attempt, opts, result)
+        if failed:
+            problems.append(failed)
+            continue
         with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):
             slow = _replayed(env, case.prefix, "prefix", result, history)
         if slow:
@@ -220,11 +219,35 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
         if ok:
             return
         problems.append(f"attempt {attempt}: {problem}")
+    _give_up(problems)
     raise InfraError(
         "reconstruct",
         f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
         kind=_kind(problems),
     )
+
+
+def _reset(env: Environment, task: Task, task_dir: Path, masks: Sequence[Rect], attempt: int, opts: ReplayOptions,
+           result: RecoveryResult) -> str | None:
+    """A fresh desktop for this attempt, or why not. Nothing has acted yet, so a failure is the harness's and
+    another attempt may get past it: an app that did not show its window within its timeout in a fresh
+    container, a desktop that did not start under load."""
+    with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset") as stage:
+        try:
+            reset(env, task, task_dir, masks=masks)
+        except EnvError as exc:
+            stage.failed = str(exc)
+            return f"attempt {attempt}: {_RESET}{exc}"
+    return None
+
+
+_RESET = "reset: "
+
+
+def _give_up(problems: list[str]) -> None:
+    """Every attempt failed at its reset: an error of the reset, not of the recorded states."""
+    if problems and all(p.split(": ", 1)[1].startswith(_RESET) for p in problems):
+        raise InfraError("reset", "; ".join(problems))
 
 
 def _replayed(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
@@ -252,12 +275,11 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
     continuation's state R), verified as s_target is; retried up to `attempts` times, else a desync."""
     problems: list[str] = []
     for attempt in range(1, opts.attempts + 1):
-        result.attempts = attempt
-        with timed_stage(result, opts, "reset", f"reset (attempt {attempt})" if attempt > 1 else "reset"):
-            try:
-                reset(env, task, task_dir)
-            except EnvError as exc:
-                raise InfraError("reset", str(exc)) from exc
+        result.attempts = max(result.attempts, attempt)  # the most any reconstruction of this test took
+        failed = _reset(env, task, task_dir, (), attempt, opts, result)
+        if failed:
+            problems.append(failed)
+            continue
         with timed_stage(result, opts, "prefix", f"prefix: {count(prefix, 'saved action')}"):
             slow = _replayed(env, prefix, "prefix", result)
         if slow:
@@ -269,5 +291,6 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
         if ok:
             return
         problems.append(f"attempt {attempt}: {problem}")
+    _give_up(problems)
     raise InfraError("reconstruct", f"the saved prefix did not reproduce its recorded screen (tolerance "
                                     f"{opts.verify_tolerance} px): " + "; ".join(problems), kind=_kind(problems))

@@ -38,8 +38,8 @@ class Stage:
 
     ``name`` is the machine name (reset, prefix, verify, perturb, context, recover, turn, observe, suffix,
     evaluate), ``title`` what a reader sees. When the stage ends, ``seconds`` is set, ``failed`` says which
-    check of the agent's did not hold (R_O below threshold, an invalid reply: the agent's failure, not the
-    harness's) and ``error`` holds the infrastructure error that ended it, if any. A ``verify`` stage whose
+    check did not hold: of the agent's (R_O below threshold, an invalid reply: the agent's failure) or, in a
+    reset or verify stage, of a reconstruction attempt that is retried (the harness's) and ``error`` holds the infrastructure error that ended it, if any. A ``verify`` stage whose
     state did not reproduce keeps the screen it got in ``screenshot``, to be compared with the recorded one."""
 
     name: str

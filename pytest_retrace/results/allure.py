@@ -243,7 +243,7 @@ class AllureWriter:
             exc: BaseException | None = stage.error
         elif stage.failed is None:
             exc = None
-        elif stage.name == "verify":  # a reconstruction attempt that will be retried: the harness's, not the agent's
+        elif stage.name in ("reset", "verify"):  # a reconstruction attempt, retried: the harness's, not the agent's
             exc = RuntimeError(stage.failed)
         else:  # a check of the agent's recovery that did not hold: Allure's "failed"
             exc = AssertionError(stage.failed)

@@ -98,7 +98,7 @@ class Record(_Model):
     error_state_verified_by: Literal["screen", "probes", "determinism"] | None = None
     error: Failure | None = None
     # -- how it got there
-    attempts: int = 0  # reconstructions of the target / error state
+    attempts: int = 0  # tries the longest reconstruction of the target / error state took
     # state -> "pixels" | "verifier: ..."; with --retrace-restore=checkpoint also "restore" (s_error) and
     # "restore_target" (the oracle's ideal recovery) -> "checkpoint" | "replay (<why>)" (docs/checkpoints.md)
     reconstruction: dict[str, str] = {}
