@@ -15,6 +15,7 @@ its stdin or dies.
 from __future__ import annotations
 
 import array
+import gc
 import importlib
 import io
 import json
@@ -69,6 +70,18 @@ def preload(modules: list[str]) -> list[str]:
         if module is not None:
             module.__doc__ = f"{module.__doc__ or ''}\n\nPYTEST_DONT_REWRITE: imported by pytest-retrace's fork server"
     return done
+
+
+def warm() -> None:
+    """Work every worker would do again, done once before the forks. inspect's map of module files: pytest's
+    traceback of a failed test scans every loaded module's path once per process (0.18 CPU-s with the SDKs
+    loaded). And the garbage collector's view of the preloaded heap, frozen (gc.freeze, as Python's docs advise
+    before a fork): a child's collections skip it, where a full one took 0.12-0.16 CPU-s and pytest makes
+    several at its end (looking for unraisable exceptions), besides those its allocations trigger."""
+    import inspect
+
+    inspect.getmodule(compile("", "<retrace fork server>", "exec"))
+    gc.freeze()
 
 
 class Request:
@@ -221,6 +234,7 @@ def main() -> None:
     listener.listen(256)  # workers that ask while the modules load wait in the backlog
     print("listening", flush=True)
     preload(modules)
+    warm()
     request = serve(listener)
     code = become(request)
     exec(compile(code, "<string>", "exec"), sys.modules["__main__"].__dict__)  # noqa: S102 - execnet's own bootstrap line, sent by its caller

@@ -56,6 +56,15 @@ def test_a_forked_worker_is_the_interpreter_it_replaces(server: ForkServer, tmp_
     assert err == "to stderr\n"
 
 
+def test_a_forked_worker_inherits_a_frozen_heap_and_inspects_module_files(server: ForkServer) -> None:
+    """What the server warmed is not paid again: a collection skips the preloaded heap (gc.freeze) and a
+    traceback's source lookup finds the preloaded modules' files already mapped."""
+    code = ("import gc, inspect, sys; frozen = gc.get_freeze_count(); "
+            "print(frozen > 1000, inspect.modulesbyfile.get(inspect.getabsfile(sys.modules['colorsys'])))")
+    out, err = client(server, code).communicate(timeout=60)
+    assert out.split() == ["True", "colorsys"], err
+
+
 def test_a_signal_that_ends_the_worker_ends_the_client_the_same_way(server: ForkServer) -> None:
     proc = client(server, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     proc.communicate(timeout=60)
