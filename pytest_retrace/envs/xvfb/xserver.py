@@ -29,7 +29,7 @@ from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, xvfb_argv
 from pytest_retrace.envs.procfs import start_time
 from pytest_retrace.envs.xvfb.damage import DamageWatch
 from pytest_retrace.envs.xvfb.keymap import Keymap
-from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, die_with_parent, x_server_argv
+from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, dying_with_parent, x_server_argv
 from pytest_retrace.envs.xvfb.tree import root_processes
 from pytest_retrace.envs.xvfb.xthread import XThread
 
@@ -171,8 +171,8 @@ done
         if not wm_home.exists():
             self._write_wm_home(wm_home)
         self._wm = subprocess.Popen(  # stdout too: openbox prints its fatal messages there
-            ["openbox", "--config-file", str(OPENBOX_RC)], env=self._wm_env(wm_home),
-            stdout=self._log("openbox"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+            dying_with_parent(["openbox", "--config-file", str(OPENBOX_RC)]), env=self._wm_env(wm_home),
+            stdout=self._log("openbox"), stderr=subprocess.STDOUT,
         )
         self._wait_for_wm()
 
@@ -257,10 +257,9 @@ done
     def _launch_xvfb(self, number: int) -> None:
         read_fd, write_fd = os.pipe()
         self._xvfb = subprocess.Popen(
-            x_server_argv(xvfb_argv(number, self.size, write_fd)),  # its IPC namespace is the task's (sandbox.py)
-            pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),
+            dying_with_parent(x_server_argv(xvfb_argv(number, self.size, write_fd))),  # its IPC namespace is the
+            pass_fds=[write_fd], stdout=subprocess.DEVNULL, stderr=self._log("Xvfb"),  # task's (sandbox.py)
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RETRACE_ENV": self.tag},
-            preexec_fn=die_with_parent,
         )
         os.close(write_fd)
         try:
