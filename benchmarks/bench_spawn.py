@@ -21,20 +21,18 @@ import gc
 import os
 import resource
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pytest_retrace.envs.xvfb import sandbox as sandbox_module
+from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.forkserver import COMMON, SDKS
+from pytest_retrace.replay.cases import Task
 
-from pytest_retrace.envs.xvfb import sandbox as sandbox_module  # noqa: E402
-from pytest_retrace.envs.xvfb.environment import XvfbEnvironment  # noqa: E402
-from pytest_retrace.forkserver import COMMON, SDKS  # noqa: E402
-from pytest_retrace.replay.cases import Task  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 # an empty desktop: the task processes are the commands timed

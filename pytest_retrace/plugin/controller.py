@@ -4,6 +4,8 @@ the terminal's summary tables."""
 
 from __future__ import annotations
 
+import importlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 
 from pytest_retrace.plugin.collection import case_runs, forward_runs_in
 from pytest_retrace.plugin.options import FORWARD_LIKE, option, settings_key
+from pytest_retrace.plugin.workers import distributes
 from pytest_retrace.replay.cases import load_case
 from pytest_retrace.results.baseline import baseline_path
 from pytest_retrace.results.baseline import save as save_baseline
@@ -21,6 +24,19 @@ from pytest_retrace.results.records import Failure, Record
 from pytest_retrace.results.session import RetraceSession
 
 session_key = pytest.StashKey[RetraceSession]()
+# What the session's end imports: the figures' matplotlib and the intention measure's scikit-learn, 2.2 CPU-s
+# (benchmarks/bench_startup.py). Under xdist the controller only waits while the workers test, and the end runs
+# on one core after the last test: imported on a thread meanwhile, they are off that tail.
+END_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.style",
+               "sklearn.feature_extraction.text")
+
+
+def _prefetch(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - the end imports it again and reports what is wrong there
+            continue
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -43,6 +59,13 @@ class Controller:
         self.case_file_errors: dict[str, CaseFileError] = {}  # by file: under xdist every worker collects
         self.gate: GateResult | None = None  # None: no gate option set
         self.saved_baseline: Path | None = None
+        self.prefetch: threading.Thread | None = None
+
+    def pytest_sessionstart(self) -> None:
+        if distributes(self.config):
+            self.prefetch = threading.Thread(target=_prefetch, args=(END_IMPORTS,), name="retrace-prefetch",
+                                             daemon=True)
+            self.prefetch.start()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:  # a case file that could not be loaded (reported by the worker that collected it)
@@ -103,6 +126,8 @@ class Controller:
                                       nodeid=report.nodeid)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.prefetch is not None:
+            self.prefetch.join()  # no import left running into the summary, or into the interpreter's exit
         if self.config.option.collectonly:
             return  # nothing ran: no run directory, no summary
         settings = self.config.stash[settings_key]

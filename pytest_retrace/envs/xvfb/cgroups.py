@@ -28,6 +28,10 @@ def _own_paths() -> dict[str, str]:
     return found
 
 
+# TaskGroup.joining's line: the count of files, the files, then the command
+_JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
+
+
 class TaskGroup:
     """One desktop's group: ``create()`` once, ``join_files`` for every process of a task, ``remove()`` at the end."""
 
@@ -62,6 +66,14 @@ class TaskGroup:
             self.remove()
             return False
         return True
+
+    def joining(self, argv: list[str]) -> list[str]:
+        """`argv`, joining the group before it runs anything (as join() in a preexec_fn, without one): a shell
+        line writes its own pid into each of the group's files, then becomes the command."""
+        if not self.dirs:
+            return argv
+        files = self.join_files
+        return ["/bin/sh", "-c", _JOIN, "retrace-join", str(len(files)), *files, *argv]
 
     def join(self, pid: int | None = None) -> None:
         """Move `pid` (default: this process) into the group."""

@@ -27,7 +27,6 @@ An agent under test types into a real terminal, so everything a task starts is t
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pwd
 import shlex
@@ -44,6 +43,7 @@ from pytest_retrace.envs.desktop import GUEST_USER, task_environment, write_prog
 from pytest_retrace.envs.guestfs import GuestFS
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.envs.xvfb.cgroups import TaskGroup
+from pytest_retrace.envs.xvfb.lifetime import die_with_parent, dying_with_parent
 
 WM_HOME = "/home/.retrace-wm"  # the window manager's home inside a task whose desktop runs in it (xserver.py)
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
@@ -55,28 +55,6 @@ _INIT = Path(__file__).with_name("sandbox_init.sh").read_text()
 # Never hidden: the trees the sandbox itself is built from.
 _SYSTEM = frozenset(("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev", "/proc", "/sys", "/var", "/run",
                      "/home", "/tmp", GUEST_HOME))
-
-
-# Loaded once, here: a preexec_fn runs between fork and exec, where a dlopen could wait forever on the loader's
-# lock if another thread of the worker (the X thread, xthread.py) held it at the fork.
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the worker that started it dies, however it dies."""
-    _LIBC.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
-def dying_with_parent(argv: Sequence[str]) -> list[str]:
-    """`argv`, killed when the worker that started it dies, as die_with_parent does, without a preexec_fn: with
-    one, subprocess forks the whole worker (its page tables: about 9 ms of CPU per process for a worker holding
-    the SDKs and a few screenshots) where it otherwise uses vfork (about 1.5 ms), and a test starts a dozen."""
-    return ["setpriv", "--pdeathsig", "KILL", "--", *argv]
-
-
-# Writes its own pid into each of the group's files, then becomes the command: a process joins the task's group
-# before it runs anything of the task (what Sandbox._preexec does between fork and exec).
-_JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 
 
 def available() -> str | None:
@@ -124,7 +102,8 @@ class Sandbox:
                           f"exhausts memory can make the kernel kill other processes", RuntimeWarning, stacklevel=2)
 
     def _preexec(self) -> None:
-        """In every process started for a task, before it execs: die with the worker, join the task's group."""
+        """A preexec_fn for a task process not started by popen (CRIU's restore): die with the worker, join the
+        task's group."""
         die_with_parent()
         self.group.join()
 
@@ -280,9 +259,7 @@ class Sandbox:
 
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """A task process: in the task's group, dying with the worker (as _preexec, without forking the worker)."""
-        files = self.group.join_files
-        joined = ["/bin/sh", "-c", _JOIN, "retrace-join", str(len(files)), *files] if files else []
-        proc = subprocess.Popen(dying_with_parent([*joined, *self.argv(argv)]), cwd=self.home, **kwargs)
+        proc = subprocess.Popen(dying_with_parent(self.group.joining(self.argv(argv))), cwd=self.home, **kwargs)
         self._children.append(proc)
         return proc
 

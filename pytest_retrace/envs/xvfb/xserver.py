@@ -29,7 +29,8 @@ from pytest_retrace.envs.desktop import OPENBOX_RC, menu_xml, xvfb_argv
 from pytest_retrace.envs.procfs import start_time
 from pytest_retrace.envs.xvfb.damage import DamageWatch
 from pytest_retrace.envs.xvfb.keymap import Keymap
-from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, dying_with_parent, x_server_argv
+from pytest_retrace.envs.xvfb.lifetime import dying_with_parent
+from pytest_retrace.envs.xvfb.sandbox import WM_HOME, Sandbox, x_server_argv
 from pytest_retrace.envs.xvfb.tree import root_processes
 from pytest_retrace.envs.xvfb.xthread import XThread
 
