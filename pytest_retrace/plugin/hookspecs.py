@@ -39,8 +39,9 @@ def pytest_retrace_stage_start(item: pytest.Item, stage: Stage) -> None:
 
 @pytest.hookspec
 def pytest_retrace_stage_end(item: pytest.Item, stage: Stage) -> None:
-    """A stage ended: ``stage.seconds`` is set, ``stage.failed`` names a check of the agent's that did not
-    hold, ``stage.error`` the infrastructure error that ended the replay. Runs where the test runs."""
+    """A stage ended: ``stage.seconds`` is set, ``stage.failed`` names a check that did not hold (the agent's, or
+    in a reset or verify stage a reconstruction attempt's, which is retried), ``stage.error`` the infrastructure
+    error that ended the replay. Runs where the test runs."""
 
 
 @pytest.hookspec
