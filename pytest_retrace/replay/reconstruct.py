@@ -179,6 +179,7 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
     replayed on its restore), unless the case already has that checkpoint here."""
     target, error = load_png(case.target_png), load_png(case.error_png)
     problems: list[str] = []
+    resets_failed = 0
     for attempt in range(1, opts.attempts + 1):
         result.attempts = max(result.attempts, attempt)  # the most any reconstruction of this test took
         if history is not None:
@@ -186,6 +187,7 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
         failed = _reset(env, case.task, case.dir, case.masks, attempt, opts, result)
         if failed:
             problems.append(failed)
+            resets_failed += 1
             continue
         with timed_stage(result, opts, "prefix", f"prefix: {count(case.prefix, 'ground-truth action')}"):
             slow = _replayed(env, case.prefix, "prefix", result, history)
@@ -219,7 +221,8 @@ def _replay(env: Environment, case: RecoveryCase, opts: ReplayOptions, result: R
         if ok:
             return
         problems.append(f"attempt {attempt}: {problem}")
-    _give_up(problems)
+    if resets_failed == opts.attempts:  # an error of the reset, not of the recorded states
+        raise InfraError("reset", "; ".join(problems))
     raise InfraError(
         "reconstruct",
         f"could not reproduce the recorded states (tolerance {opts.verify_tolerance} px): " + "; ".join(problems),
@@ -237,17 +240,8 @@ def _reset(env: Environment, task: Task, task_dir: Path, masks: Sequence[Rect], 
             reset(env, task, task_dir, masks=masks)
         except EnvError as exc:
             stage.failed = str(exc)
-            return f"attempt {attempt}: {_RESET}{exc}"
+            return f"attempt {attempt}: reset: {exc}"
     return None
-
-
-_RESET = "reset: "
-
-
-def _give_up(problems: list[str]) -> None:
-    """Every attempt failed at its reset: an error of the reset, not of the recorded states."""
-    if problems and all(p.split(": ", 1)[1].startswith(_RESET) for p in problems):
-        raise InfraError("reset", "; ".join(problems))
 
 
 def _replayed(env: Environment, actions: list[Action], stage: str, result: RecoveryResult,
@@ -274,11 +268,13 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
     """Drive a fresh environment through a saved action prefix to the screen it recorded (an ideal-recovery
     continuation's state R), verified as s_target is; retried up to `attempts` times, else a desync."""
     problems: list[str] = []
+    resets_failed = 0
     for attempt in range(1, opts.attempts + 1):
         result.attempts = max(result.attempts, attempt)  # the most any reconstruction of this test took
         failed = _reset(env, task, task_dir, (), attempt, opts, result)
         if failed:
             problems.append(failed)
+            resets_failed += 1
             continue
         with timed_stage(result, opts, "prefix", f"prefix: {count(prefix, 'saved action')}"):
             slow = _replayed(env, prefix, "prefix", result)
@@ -291,6 +287,7 @@ def replay_to(env: Environment, task: Task, task_dir: Path, prefix: list[Action]
         if ok:
             return
         problems.append(f"attempt {attempt}: {problem}")
-    _give_up(problems)
+    if resets_failed == opts.attempts:
+        raise InfraError("reset", "; ".join(problems))
     raise InfraError("reconstruct", f"the saved prefix did not reproduce its recorded screen (tolerance "
                                     f"{opts.verify_tolerance} px): " + "; ".join(problems), kind=_kind(problems))
