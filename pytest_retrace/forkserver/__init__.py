@@ -10,7 +10,9 @@ plugins and this one itself (those are never preloaded: pytest must rewrite thei
 Differences from a started worker, each on purpose: the modules are imported once, before the worker's own
 environment is in place (none of them reads it at import time); BLAS runs one thread in every worker
 (``OPENBLAS_NUM_THREADS=1`` in the server unless set: a forked child must not inherit a thread pool, and many
-workers on few cores gain nothing from it); workers are children of the server, not of the controller.
+workers on few cores gain nothing from it); workers are children of the server, not of the controller; a
+worker ends after its threads and atexit handlers without tearing its heap down (os._exit, as multiprocessing's
+forked children): an object left open is not finalized, as the interpreter does not promise either.
 """
 
 from __future__ import annotations
@@ -30,14 +32,29 @@ ZYGOTE, CLIENT = HERE / "zygote.py", HERE / "client.py"
 READY_TIMEOUT = 30.0  # seconds for the server to bind its socket (an interpreter's start)
 
 # What every worker of this plugin imports, in the order it does; each provider's SDK only when a model uses it.
+# Measured: the modules a worker of a recovery run holds at its end that the server had not imported (issue 26).
 COMMON = ("pytest", "numpy", "scipy.ndimage", "scipy.signal", "PIL.Image", "PIL.PngImagePlugin", "pydantic", "yaml",
-          "Xlib.display", "Xlib.ext.damage", "skimage.metrics", "requests")
-SDKS = {"anthropic": ("anthropic",), "openai": ("openai",), "openai-compat": ("openai",)}
+          "Xlib.display", "Xlib.ext.damage", "skimage.metrics", "requests",
+          # the screen grabs, SSIM's helpers and PIL's formats as a test's stages import them; pytest's pdb and
+          # doctest plugins' lazy imports
+          "mss", "mss.linux", "skimage.exposure", "skimage.util", "PIL.JpegImagePlugin", "PIL.GifImagePlugin",
+          "PIL.BmpImagePlugin", "PIL.PpmImagePlugin", "Xlib.xauth", "pdb", "doctest")
+# The SDKs' clients import their HTTP transport when they are made, not when the SDK is imported
+TRANSPORT = ("httpcore2", "h11", "truststore", "trio")
+SDKS = {"anthropic": ("anthropic", *TRANSPORT), "openai": ("openai", *TRANSPORT),
+        "openai-compat": ("openai", *TRANSPORT)}
+# This plugin's own modules a recovery test runs (zygote.preload: never its test functions, plugin/suite.py)
+PLUGIN = ("pytest_retrace.plugin", "pytest_retrace.plugin.fixtures", "pytest_retrace.plugin.assertion",
+          "pytest_retrace.replay.run", "pytest_retrace.envs.xvfb.environment")
+ADAPTERS = {"anthropic": ("pytest_retrace.agents.anthropic",), "openai": ("pytest_retrace.agents.openai",),
+            "openai-compat": ("pytest_retrace.agents.openai_compat",)}
 
 
 def modules_for(providers: Iterable[str]) -> list[str]:
-    sdks = [m for p in dict.fromkeys(providers) for m in SDKS.get(p, ())]
-    return [*COMMON, *dict.fromkeys(sdks)]
+    providers = list(dict.fromkeys(providers))
+    sdks = [m for p in providers for m in SDKS.get(p, ())]
+    adapters = [m for p in providers for m in ADAPTERS.get(p, ())]
+    return [*COMMON, *dict.fromkeys(sdks), *PLUGIN, *adapters]
 
 
 class ForkServerError(RuntimeError):

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-pytest.register_assert_rewrite("pytest_retrace.plugin.suite")
-
 from pytest_retrace.plugin import collection, controller, fixtures, hookspecs, options
 from pytest_retrace.plugin.collection import finished_key
 from pytest_retrace.plugin.controller import Controller, session_key
@@ -38,7 +36,10 @@ from pytest_retrace.results.session import RetraceSession, new_run_name
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Called once, as this plugin is registered: the plugin's own hooks, and each job's module with its hooks
     and fixtures (registered here, not through ``pytest_plugins``: these modules are imported already, and
-    pytest would warn that it cannot rewrite their asserts). Blocking this plugin (-p no:retrace) blocks them."""
+    pytest would warn that it cannot rewrite their asserts). Blocking this plugin (-p no:retrace) blocks them.
+    The test functions' module is marked for assertion rewriting here, not when this module is imported: a worker
+    forked from the fork server imported it before pytest's rewriting hook existed."""
+    pytest.register_assert_rewrite("pytest_retrace.plugin.suite")  # `assert result == recovered` explains itself
     pluginmanager.add_hookspecs(hookspecs)
     for module in (options, collection, fixtures, controller):
         pluginmanager.register(module, module.__name__)

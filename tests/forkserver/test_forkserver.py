@@ -118,6 +118,28 @@ def test_modules_pytest_rewrites_are_never_preloaded() -> None:
     assert preload(["xdist", "colorsys", "no_such_module_here"]) == ["colorsys"]
 
 
+def test_the_plugins_own_modules_are_preloaded_but_never_its_test_functions() -> None:
+    """What a worker runs of this plugin is imported once (its asserts are invariants), marked for pytest not to
+    warn about, for a ``-p`` module too; the test functions, whose asserts pytest must rewrite, never are."""
+    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; "
+            "done = preload(['pytest_retrace.plugin', 'pytest_retrace.plugin.suite', 'pytest_retrace.testing']); "
+            "print(done, 'pytest_retrace.plugin.suite' in sys.modules, "
+            "all('PYTEST_DONT_REWRITE' in sys.modules[m].__doc__ for m in ('pytest_retrace', 'pytest_retrace.plugin')))"
+            ).replace("SRC", repr(str(CLIENT.parent)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "['pytest_retrace.plugin'] False True", proc.stderr
+
+
+def test_every_module_a_worker_is_given_imports_without_its_test_functions() -> None:
+    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; "
+            "from pytest_retrace.forkserver import modules_for; "
+            "wanted = modules_for(['anthropic', 'openai', 'openai-compat']); done = preload(wanted); "
+            "print(sorted(set(wanted) - set(done)), 'pytest_retrace.plugin.suite' in sys.modules)"
+            ).replace("SRC", repr(str(CLIENT.parent)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip() == "[] False", proc.stderr
+
+
 def test_a_plugin_module_a_preload_drags_in_is_marked_not_to_rewrite() -> None:
     """The SDKs import anyio, and anyio's distribution is a pytest plugin: pytest warns about a
     module of a plugin's distribution imported before it started, unless the module says PYTEST_DONT_REWRITE."""
@@ -125,3 +147,27 @@ def test_a_plugin_module_a_preload_drags_in_is_marked_not_to_rewrite() -> None:
             "print('PYTEST_DONT_REWRITE' in sys.modules['anyio'].__doc__)").replace("SRC", repr(str(CLIENT.parent)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.stdout.strip() == "True", proc.stderr
+
+
+@pytest.mark.parametrize(("ending", "status", "err"), [
+    ("", 0, ""),
+    ("sys.exit(4)", 4, ""),
+    ("sys.exit('bye')", 1, "bye\n"),
+    ("raise ValueError('boom')", 1, "ValueError: boom"),
+])
+def test_a_forked_worker_ends_as_the_interpreter_would(server: ForkServer, tmp_path: Path, ending: str, status: int,
+                                                       err: str) -> None:
+    """It skips only the heap's teardown (a global's __del__ is not called): a non-daemon thread is joined, atexit
+    handlers run, buffered output is flushed, and the exit status and an uncaught exception's traceback are the
+    interpreter's."""
+    done = tmp_path / "done"
+    code = ("import atexit, sys, threading, time; "
+            "threading.Thread(target=lambda: (time.sleep(0.3), open(DONE, 'w').write('thread'))).start(); "
+            "atexit.register(lambda: print('atexit', open(DONE).read())); "
+            "sys.stdout = open(1, 'w', buffering=65536, closefd=False); print('buffered'); "
+            "kept = type('Kept', (), {'__del__': lambda self: print('teardown', file=sys.stderr)})(); ").replace(
+        "DONE", repr(str(done))) + ending
+    proc = client(server, code)
+    out, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (status, "buffered\natexit thread\n"), stderr
+    assert (err in stderr) if err else stderr == "", stderr

@@ -31,8 +31,11 @@ def test_forked_workers_give_the_verdicts_of_started_ones(project: pytest.Pytest
     for start in ("fork", "exec"):
         res = project.runpytest_subprocess("--retrace-model=oracle,noop", "-k", "typo-short or select-all-short", "-n",
                                            "2", f"--retrace-workers={start}", f"--retrace-run={start}",
-                                           "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning")
+                                           "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning",
+                                           "--tb=short")
         res.assert_outcomes(passed=2, failed=2)
+        # the test function's assert is rewritten: pytest_assertrepr_compare explains the verdict
+        assert res.stdout.str().count("not recovered: R_O=") == 2, res.stdout.str()
         verdicts[start] = {r["nodeid"]: (r["verdict"], r["r_o"], r["r_tc"]) for r in records(project, start)}
         parents[start] = {p.read_text() for p in (project.path / "parents").iterdir()}
         assert len(parents[start]) >= 1
