@@ -28,7 +28,8 @@ session_key = pytest.StashKey[RetraceSession]()
 # (benchmarks/bench_startup.py). Under xdist the controller only waits while the workers test, and the end runs
 # on one core after the last test: imported on a thread meanwhile, they are off that tail.
 END_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.style",
-               "sklearn.feature_extraction.text")
+               "matplotlib.backends.backend_pdf", "matplotlib.backends.backend_svg",  # fontTools: 0.33 CPU-s
+               "pytest_retrace.results.plots", "pytest_retrace.results.report", "sklearn.feature_extraction.text")
 
 
 def _prefetch(modules: tuple[str, ...]) -> None:

@@ -52,6 +52,12 @@ class DamageWatch:
         ready, _, _ = select.select([self._x], [], [], max(0.0, timeout))
         return bool(ready) and self._drain()
 
+    def root_has(self, name: str) -> bool:
+        """Whether the root window carries the property ``name`` (the window manager announces itself with
+        ``_NET_SUPPORTING_WM_CHECK``): read on this connection, where an ``xprop`` per poll was a process each."""
+        atom = self._x.intern_atom(name, only_if_exists=True)
+        return atom != 0 and self._x.screen().root.get_full_property(atom, 0) is not None
+
     def _drain(self) -> bool:
         seen = False
         while self._x.pending_events():

@@ -3,10 +3,10 @@
 Isolation and determinism choices, each because a screenshot must be reproducible bit for bit or because
 the agent under test is untrusted:
 - ``Xvfb -displayfd`` picks a free display number itself, so parallel xdist workers never race.
-- ``Xvfb -noreset``: by default the server resets when its last client disconnects. The first
-  ``xprop`` that polls for the window manager could be that client, and a connection that arrives
-  during the reset fails: openbox then exited with "Failed to open the display" (measured: 13 of
-  360 starts with 3 desktops starting at once).
+- ``Xvfb -noreset``: by default the server resets when its last client disconnects. A client that
+  comes and goes before openbox connects (the ``xprop`` that polled for the window manager did) could be
+  that client, and a connection that arrives during the reset fails: openbox then exited with "Failed to
+  open the display" (measured: 13 of 360 starts with 3 desktops starting at once).
 - Every app and shell of a task runs in the task's sandbox (``sandbox.py``): its own PID, mount, network,
   UTS and cgroup namespaces, the IPC namespace of its own X server (new at every reset), an unprivileged user, ``/home/user`` and ``/tmp`` private to the task. Window titles
   and file dialogs therefore show the same paths in every worker, and reset ends every process of the task
@@ -98,8 +98,8 @@ class XvfbEnvironment(CheckpointMethods, XDesktop):
         self._claim_display()
         self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, enabled=why is None,
                                memory=self.memory_limit)
-        self._start_wm()
         self._connect()
+        self._start_wm()
         self.sandbox.start(network=self.network == "host", ipc_of=self._xvfb_pid())  # empty until the first reset
 
     def _start_in_task(self, network: bool, accessibility: bool = False) -> None:

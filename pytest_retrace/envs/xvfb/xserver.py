@@ -150,8 +150,8 @@ done
                                f"(found: {', '.join(sorted(found)) or 'none'})")
             time.sleep(0.01)
         self._xvfb, self._wm = _Foreign(found["Xvfb"]), _Foreign(found["openbox"])
-        self._wait_for_wm()
         self._connect()
+        self._wait_for_wm()
 
     def _restart_display(self) -> None:
         """A fresh X server for every task. Any X client can change server state that no process holds:
@@ -160,8 +160,8 @@ done
         them would miss the next one; a new server has none of it (measured cost in benchmarks/bench_env.py)."""
         self._stop_display()
         self._launch_xvfb(int(self.display.lstrip(":")))
-        self._start_wm()
         self._connect()
+        self._start_wm()
 
     def _xvfb_pid(self) -> int | None:
         return self._xvfb.pid if self._xvfb is not None and self.sandbox is not None and self.sandbox.enabled else None
@@ -284,15 +284,12 @@ done
         return buf.decode().strip()
 
     def _wait_for_wm(self, timeout: float = 10.0) -> None:
-        # openbox announces itself by setting _NET_SUPPORTING_WM_CHECK on the root window
+        """Until openbox announces itself (``_NET_SUPPORTING_WM_CHECK`` on the root window), read on the harness's
+        own connection: connected first (Xvfb answers from its -displayfd on, and -noreset keeps it up)."""
+        assert self._x is not None and self._damage is not None, "connect first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                res = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=self._host_env(),
-                                     capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                break
-            if "window id" in res.stdout:
+            if self._x.call(self._damage.root_has, "_NET_SUPPORTING_WM_CHECK", what="window manager check"):
                 return
             if self._wm is not None and self._wm.poll() is not None:
                 raise EnvError(f"openbox exited with {self._wm.returncode}: {self._tail('openbox')}")
