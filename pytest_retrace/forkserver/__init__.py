@@ -5,7 +5,8 @@ starts Python, pytest and its plugins and imports numpy, scipy and the provider'
 is about 2 CPU-s). :class:`ForkServer` starts zygote.py, which imports those once, and points every ``popen``
 gateway's interpreter at client.py, which has the server fork the worker; the worker then starts exactly as
 execnet starts it (``python -u -c BOOTSTRAP``, the same stdio pipes, cwd and environment), and imports pytest's
-plugins and this one itself (those are never preloaded: pytest must rewrite their asserts).
+other plugins (never preloaded: pytest must rewrite their asserts) and this plugin's test functions, whose asserts
+explain a verdict; the rest of this plugin is preloaded (its asserts are invariants no user reads).
 
 Differences from a started worker, each on purpose: the modules are imported once, before the worker's own
 environment is in place (none of them reads it at import time); BLAS runs one thread in every worker

@@ -1,8 +1,9 @@
 """The fork server: one process that imports the workers' heavy modules once and forks an xdist worker per request.
 
-Run by path (``python zygote.py SOCKET MODULE...``), never imported: importing ``pytest_retrace`` here would make
-pytest warn in every worker that it cannot rewrite the plugin's asserts, as it would for any module of a
-distribution with a ``pytest11`` entry point, so those are never preloaded (:func:`rewritable`).
+Run by path (``python zygote.py SOCKET MODULE...``), so that it imports ``pytest_retrace`` only as it preloads it:
+pytest warns in every worker that it cannot rewrite the asserts of a module of a distribution with a ``pytest11``
+entry point imported before it started, so those are never preloaded (:func:`rewritable`), except this plugin's
+own short of its test functions (:func:`preload`).
 
 A request (client.py) carries the caller's stdin, stdout and stderr (SCM_RIGHTS), its argv, cwd and environment.
 The forked child becomes that process (``python -u -c CODE``, as execnet starts a worker) and returns out of

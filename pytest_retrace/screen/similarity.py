@@ -77,7 +77,10 @@ def _ssim(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect]) -> tuple[float, n
 
     if a.shape != b.shape:
         raise ValueError(f"screenshots differ in size: {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
-    ga, gb = _gray(apply_masks(a, masks)), _gray(apply_masks(b, masks))
+    ma, mb = apply_masks(a, masks), apply_masks(b, masks)
+    if np.array_equal(ma, mb):
+        return None  # identical pixels: neither the grayscale conversions (24 MB of float64 each) nor the map
+    ga, gb = _gray(ma), _gray(mb)
     if np.array_equal(ga, gb):
         return None  # skip the expensive map
     mean, smap = structural_similarity(ga, gb, data_range=255, win_size=_WIN_SIZE, full=True)
