@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from yaml.composer import Composer, ComposerError
 from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.events import ScalarEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 from yaml.resolver import Resolver
 
@@ -46,6 +47,11 @@ class _CaseChecks:
         if self._depth >= MAX_YAML_DEPTH:
             mark = self.peek_event().start_mark
             raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+        event = self.peek_event()
+        if isinstance(event, ScalarEvent) and event.tag == "!":
+            # YAML's non-specific tag: libyaml reads `!` as a string and PyYAML's own parser as null; a case
+            # file never needs it, and it must not mean two things
+            raise ComposerError(None, None, "the non-specific tag '!' is not allowed", event.start_mark)
         self._depth += 1
         try:
             return super().compose_node(parent, index)
