@@ -34,8 +34,9 @@ def test_forked_workers_give_the_verdicts_of_started_ones(project: pytest.Pytest
                                            "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning",
                                            "--tb=short")
         res.assert_outcomes(passed=2, failed=2)
-        # the test function's assert is rewritten: pytest_assertrepr_compare explains the verdict
-        assert res.stdout.str().count("not recovered: R_O=") == 2, res.stdout.str()
+        # the test function's assert is rewritten: pytest_assertrepr_compare explains the verdict (in each
+        # failure, and in the short summary's lines where the terminal is wide enough)
+        assert res.stdout.str().count("not recovered: R_O=") >= 2, res.stdout.str()
         verdicts[start] = {r["nodeid"]: (r["verdict"], r["r_o"], r["r_tc"]) for r in records(project, start)}
         parents[start] = {p.read_text() for p in (project.path / "parents").iterdir()}
         assert len(parents[start]) >= 1
