@@ -118,35 +118,35 @@ def test_modules_pytest_rewrites_are_never_preloaded() -> None:
     assert preload(["xdist", "colorsys", "no_such_module_here"]) == ["colorsys"]
 
 
+def preloading(code: str) -> str:
+    """What ``code`` prints in a new interpreter (nothing imported yet) that has the server's ``preload``."""
+    setup = f"import sys; sys.path.insert(0, {str(CLIENT.parent)!r}); from zygote import preload; "
+    proc = subprocess.run([sys.executable, "-c", setup + code], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
 def test_the_plugins_own_modules_are_preloaded_but_never_its_test_functions() -> None:
     """What a worker runs of this plugin is imported once (its asserts are invariants), marked for pytest not to
     warn about, for a ``-p`` module too; the test functions, whose asserts pytest must rewrite, never are."""
-    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; "
-            "done = preload(['pytest_retrace.plugin', 'pytest_retrace.plugin.suite', 'pytest_retrace.testing']); "
-            "print(done, 'pytest_retrace.plugin.suite' in sys.modules, "
-            "all('PYTEST_DONT_REWRITE' in sys.modules[m].__doc__ for m in ('pytest_retrace', 'pytest_retrace.plugin')))"
-            ).replace("SRC", repr(str(CLIENT.parent)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    assert proc.stdout.strip() == "['pytest_retrace.plugin'] False True", proc.stderr
+    out = preloading("done = preload(['pytest_retrace.plugin', 'pytest_retrace.plugin.suite', 'pytest_retrace.testing']); "
+                     "print(done, 'pytest_retrace.plugin.suite' in sys.modules, all('PYTEST_DONT_REWRITE' in "
+                     "sys.modules[m].__doc__ for m in ('pytest_retrace', 'pytest_retrace.plugin')))")
+    assert out == "['pytest_retrace.plugin'] False True"
 
 
 def test_every_module_a_worker_is_given_imports_without_its_test_functions() -> None:
-    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; "
-            "from pytest_retrace.forkserver import modules_for; "
-            "wanted = modules_for(['anthropic', 'openai', 'openai-compat']); done = preload(wanted); "
-            "print(sorted(set(wanted) - set(done)), 'pytest_retrace.plugin.suite' in sys.modules)"
-            ).replace("SRC", repr(str(CLIENT.parent)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.stdout.strip() == "[] False", proc.stderr
+    out = preloading("from pytest_retrace.forkserver import modules_for; "
+                     "wanted = modules_for(['anthropic', 'openai', 'openai-compat']); done = preload(wanted); "
+                     "print(sorted(set(wanted) - set(done)), 'pytest_retrace.plugin.suite' in sys.modules)")
+    assert out == "[] False"
 
 
 def test_a_plugin_module_a_preload_drags_in_is_marked_not_to_rewrite() -> None:
     """The SDKs import anyio, and anyio's distribution is a pytest plugin: pytest warns about a
     module of a plugin's distribution imported before it started, unless the module says PYTEST_DONT_REWRITE."""
-    code = ("import sys; sys.path.insert(0, SRC); from zygote import preload; preload(['anthropic']); "
-            "print('PYTEST_DONT_REWRITE' in sys.modules['anyio'].__doc__)").replace("SRC", repr(str(CLIENT.parent)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    assert proc.stdout.strip() == "True", proc.stderr
+    assert preloading("preload(['anthropic']); print('PYTEST_DONT_REWRITE' in sys.modules['anyio'].__doc__)") == "True"
 
 
 @pytest.mark.parametrize(("ending", "status", "err"), [
