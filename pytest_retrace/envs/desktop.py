@@ -10,7 +10,7 @@ Standard library only: the container's boot (guest/container.py) imports it with
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
@@ -55,10 +55,10 @@ ACCESSIBILITY_ENV = {"ACCESSIBILITY_ENABLED": "1", "GNOME_ACCESSIBILITY": "1", "
                      "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1"}
 
 
-def write_programs(directory: Path) -> None:
-    """GUEST_PROGRAMS as executable files in `directory` (the docker image's recipe calls it too)."""
+def write_programs(directory: Path, programs: Mapping[str, str] = GUEST_PROGRAMS) -> None:
+    """`programs` (name -> script) as executable files in `directory` (the docker image's recipe calls it too)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, script in GUEST_PROGRAMS.items():
+    for name, script in programs.items():
         (directory / name).write_text(script)
         (directory / name).chmod(0o755)
 

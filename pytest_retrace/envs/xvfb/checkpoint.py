@@ -21,8 +21,14 @@ What it takes, each found by measurement (benchmarks/bench_restore.py):
   works. Found as ``$RETRACE_CRIU`` (a command), a Debian trixie root holding criu (``$RETRACE_CRIU_ROOT``, by
   default the checkout's ``.tools/criu-root``, which scripts/bootstrap builds with mmdebstrap) run through its
   own loader, or ``criu`` on the PATH; ``criu check`` must pass.
+- **No pid namespace of an app's own.** CRIU cannot dump nested pid namespaces, and chromium's sandbox puts
+  its renderers in one: on a checkpointable desktop ``chromium`` (the task's /usr/local/bin) runs Debian's with
+  ``--no-sandbox`` (its renderers then run as the task's user in the task's namespaces, which stay the boundary)
+  and ``--test-type``, without which it draws a warning bar about that flag. Measured: the same pixels on the
+  built-in browser cases, whose replayed states are checked against the recorded screens as always.
 - Where root lacks CAP_SYS_RESOURCE (some container hosts), CRIU cannot read the limits of processes of
-  another user: criu_prlimit.c, compiled here, reads them from /proc instead.
+  another user, and on kernels from 6.16 CRIU 4.1 cannot read two options of a TCP socket: criu_preload.c,
+  compiled here, answers both refusals (it says how).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 
 from pytest_retrace import cachedir
 from pytest_retrace.envs import EnvError
+from pytest_retrace.envs.desktop import GUEST_PROGRAMS
 from pytest_retrace.envs.xvfb.sandbox import available
 from pytest_retrace.envs.xvfb.tree import hand_to_init, root_processes
 from pytest_retrace.screen.frames import Rect
@@ -52,6 +59,14 @@ _CAP_SYS_RESOURCE = 24
 _CHECKOUT = Path(__file__).resolve().parents[3]
 # both at the dump and at every restore: LibreOffice and chromium hold file locks
 _OPTIONS = ("--file-locks",)
+# Files deleted while open are kept in the images up to this size ("ghost files"; CRIU's default is 1 MB):
+# chromium keeps its 4 MB BrowserMetrics file open after deleting it. Larger ones fail the dump, and replay.
+_DUMP_OPTIONS = ("--ghost-limit", str(64 << 20))
+# The task's programs on a checkpointable desktop (the sandbox's /usr/local/bin, before /usr/bin on its PATH):
+# the desktop's own, and chromium without the pid namespaces of its sandbox (see the docstring).
+PROGRAMS = {**GUEST_PROGRAMS,
+            "chromium": "#!/bin/sh\n# pytest-retrace: chromium, checkpointable (envs/xvfb/checkpoint.py)\n"
+                        'exec /usr/bin/chromium --no-sandbox --test-type "$@"\n'}
 
 
 def _has_capability(bit: int) -> bool:
@@ -72,8 +87,8 @@ class Criu:
         """A working CRIU, or EnvError saying why there is none (`work`: where to build the preload)."""
         argv = cls._command()
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-        if not _has_capability(_CAP_SYS_RESOURCE):
-            env["LD_PRELOAD"] = str(_build_preload(work))
+        if needs := _preload_needed():
+            env["LD_PRELOAD"] = str(_build_preload(work, needs))
         criu = cls(argv, env)
         try:
             out = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env,
@@ -114,7 +129,7 @@ class Criu:
 
     def dump(self, pid: int, images: Path, log: Path) -> tuple[bool, str]:
         """Dump the tree of `pid` into `images`; a dumped tree ends (nothing runs on to change its files)."""
-        return self.run(["dump", "-t", str(pid), "-D", str(images), *_OPTIONS], log=log)
+        return self.run(["dump", "-t", str(pid), "-D", str(images), *_OPTIONS, *_DUMP_OPTIONS], log=log)
 
     def restore(self, images: Path, pidfile: Path, log: Path, preexec: Any) -> subprocess.Popen[bytes]:
         """CRIU restoring `images`, in the foreground: it stays the tree's parent until the tree ends, so the
@@ -142,17 +157,27 @@ def _read(path: Path | None) -> str:
         return ""
 
 
-def _build_preload(work: Path) -> Path:
-    """criu_prlimit.so, built once per version of its source: kept in the user's private cache (every worker
+def _preload_needed() -> str | None:
+    """Why CRIU needs criu_preload.c here (its comment says what it answers), or None."""
+    needs = []
+    if not _has_capability(_CAP_SYS_RESOURCE):
+        needs.append("root here lacks CAP_SYS_RESOURCE")
+    release = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    if release and (int(release[1]), int(release[2])) >= (6, 16):
+        needs.append(f"kernel {os.uname().release} refuses CRIU 4.1's reads of a TCP socket's SO_PASSCRED")
+    return " and ".join(needs) or None
+
+
+def _build_preload(work: Path, needs: str) -> Path:
+    """criu_preload.so, built once per version of its source: kept in the user's private cache (every worker
     built its own before, a compiler run each), else in `work`."""
-    source = Path(__file__).with_name("criu_prlimit.c")
+    source = Path(__file__).with_name("criu_preload.c")
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    target = (cachedir.private_dir("criu") or work) / f"criu_prlimit-{digest}.so"
+    target = (cachedir.private_dir("criu") or work) / f"criu_preload-{digest}.so"
     if not target.exists():
         compiler = shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
-            raise EnvError("root here lacks CAP_SYS_RESOURCE, so criu needs criu_prlimit.c built, and there is "
-                           "no C compiler (install gcc)")
+            raise EnvError(f"{needs}, so criu needs criu_preload.c built, and there is no C compiler (install gcc)")
         partial = target.with_name(f".{target.name}.{os.getpid()}")  # workers build at once: each its own file
         proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(source), "-ldl"],
                               capture_output=True, text=True, timeout=120, check=False)

@@ -41,6 +41,7 @@ from pytest_retrace.envs.procfs import cpu_seconds
 from pytest_retrace.envs.setup import apply_setup
 from pytest_retrace.envs.steps import TaskSetup
 from pytest_retrace.envs.xdotool import BASE_TIMEOUT, TYPE_DELAY_MS, commands, typable, type_command
+from pytest_retrace.envs.xvfb.checkpoint import PROGRAMS as CHECKPOINTABLE_PROGRAMS
 from pytest_retrace.envs.xvfb.checkpoint import CheckpointMethods, Checkpoints
 from pytest_retrace.envs.xvfb.keymap import Keymap
 from pytest_retrace.envs.xvfb.sandbox import GUEST_HOME, MEMORY_LIMIT, Sandbox, available
@@ -91,7 +92,8 @@ class XvfbEnvironment(CheckpointMethods, XDesktop):
             raise EnvError(f"retrace xvfb: checkpoints need the task sandbox, and {why}")
         if self.in_task:
             self._claim_number()
-            self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, memory=self.memory_limit)
+            self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, memory=self.memory_limit,
+                                   programs=CHECKPOINTABLE_PROGRAMS)
             self._write_wm_home(self.root / "wm-home")
             self._start_in_task(network=self.network == "host")  # empty until the first reset
             return

@@ -34,12 +34,12 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_retrace.envs import EnvError
-from pytest_retrace.envs.desktop import GUEST_USER, task_environment, write_programs
+from pytest_retrace.envs.desktop import GUEST_PROGRAMS, GUEST_USER, task_environment, write_programs
 from pytest_retrace.envs.guestfs import GuestFS
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.envs.xvfb.cgroups import TaskGroup
@@ -80,8 +80,10 @@ class Sandbox:
     HOME pointing at the home directory on the host; kept so the package stays usable for development."""
 
     def __init__(self, root: Path, display: str, template: Path, *, hide: Sequence[Path] = (),
-                 enabled: bool = True, memory: int = MEMORY_LIMIT) -> None:
+                 enabled: bool = True, memory: int = MEMORY_LIMIT,
+                 programs: Mapping[str, str] = GUEST_PROGRAMS) -> None:
         self.root = root
+        self.program_scripts = programs  # written once per desktop into `programs`, the task's /usr/local/bin
         self.display = display
         self.template = template
         self.enabled = enabled
@@ -173,7 +175,7 @@ class Sandbox:
         (self.tmp / ".runtime-user").mkdir(mode=0o700)
         self.tmp.chmod(0o1777)
         if not self.programs.exists():
-            write_programs(self.programs)  # once per desktop, like the accounts
+            write_programs(self.programs, self.program_scripts)  # once per desktop, like the accounts
         if not self.enabled:
             return
         for path in (self.home, *self.home.rglob("*"), self.tmp / ".runtime-user"):
