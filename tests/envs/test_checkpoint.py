@@ -146,8 +146,8 @@ PAGE = ("<html><head><title>Checkpointed page</title></head><body style='font: 2
 CHROMIUM = Task.model_validate({"id": "c", "instruction": "x", "domain": "test", "evaluator": ok, "setup": [
     {"type": "file", "path": "~/page.html", "content": PAGE},
     {"type": "launch", "command": ["chromium", *CHROMIUM_FLAGS, "--user-data-dir=/home/user/.config/chromium",
-                                   "--remote-debugging-port=9222", "--disable-smooth-scrolling", "--hide-crash-restore-bubble",
-                                   "file:///home/user/page.html"],
+                                   "--remote-debugging-port=9222", "--disable-smooth-scrolling",
+                                   "--hide-crash-restore-bubble", "file:///home/user/page.html"],
      "window": "^Checkpointed page - Chromium$", "timeout": 60}]})
 
 

@@ -93,7 +93,7 @@ class XvfbEnvironment(CheckpointMethods, XDesktop):
         if self.in_task:
             self._claim_number()
             self.sandbox = Sandbox(self.root, self.display, TEMPLATE, hide=self.hide, memory=self.memory_limit,
-                                   programs=CHECKPOINTABLE_PROGRAMS)
+                                   program_scripts=CHECKPOINTABLE_PROGRAMS)
             self._write_wm_home(self.root / "wm-home")
             self._start_in_task(network=self.network == "host")  # empty until the first reset
             return

@@ -81,9 +81,9 @@ class Sandbox:
 
     def __init__(self, root: Path, display: str, template: Path, *, hide: Sequence[Path] = (),
                  enabled: bool = True, memory: int = MEMORY_LIMIT,
-                 programs: Mapping[str, str] = GUEST_PROGRAMS) -> None:
+                 program_scripts: Mapping[str, str] = GUEST_PROGRAMS) -> None:
         self.root = root
-        self.program_scripts = programs  # written once per desktop into `programs`, the task's /usr/local/bin
+        self.program_scripts = program_scripts  # name -> script, written once per desktop into `programs`
         self.display = display
         self.template = template
         self.enabled = enabled
