@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_retrace.screen.frames import Rect, apply_masks
+from pytest_retrace.screen.frames import Rect, apply_masks, changed_mask, changed_pixels
 
 
 def _gray(rgb: np.ndarray) -> np.ndarray:
@@ -119,7 +119,7 @@ def differing_pixels(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -
     faithful replay. The xvfb desktop is deterministic, so replays are compared pixel for pixel."""
     if a.shape != b.shape:
         return a.shape[0] * a.shape[1]
-    return int((apply_masks(a, masks) != apply_masks(b, masks)).any(axis=2).sum())
+    return changed_pixels(apply_masks(a, masks), apply_masks(b, masks))
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class ScreenDiff:
 
 
 def screen_diff(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -> ScreenDiff:
-    mask = (apply_masks(a, masks) != apply_masks(b, masks)).any(axis=2)
+    mask = changed_mask(apply_masks(a, masks), apply_masks(b, masks))
     if not mask.any():
         return ScreenDiff(0, None)
     ys, xs = np.nonzero(mask)
@@ -148,6 +148,5 @@ def screen_diff(a: np.ndarray, b: np.ndarray, masks: Sequence[Rect] = ()) -> Scr
 def diff_image(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """b dimmed, with differing pixels painted red: attached to failure reports."""
     out = (b.astype(np.uint16) // 3).astype(np.uint8)
-    mask = (a != b).any(axis=2)
-    out[mask] = (255, 0, 0)
+    out[changed_mask(a, b)] = (255, 0, 0)
     return out

@@ -6,10 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from PIL import Image
 from skimage.metrics import structural_similarity
 
-from pytest_retrace.screen.similarity import ssim, ssim_map
+from pytest_retrace.screen.frames import apply_masks, changed_pixels
+from pytest_retrace.screen.similarity import diff_image, differing_pixels, screen_diff, ssim, ssim_map
 from tests.helpers import REPO
 
 CASES = REPO / "cases"
@@ -159,3 +163,39 @@ def test_masks_leaving_no_window_are_an_error() -> None:
     with pytest.raises(ValueError, match="leave no 7x7 window"):
         ssim(a, b, [(0, 0, 160, 115)])
     assert ssim(a, b, [(0, 0, 160, 120)]) == 1.0  # everything masked: nothing differs
+
+
+# -- pixel-exact comparison (the reconstruction check, settling, the failure pictures) -----------------------------
+
+_frames = st.tuples(st.integers(1, 12), st.integers(1, 12)).flatmap(
+    lambda hw: st.tuples(*[arrays(np.uint8, (*hw, 3), elements=st.integers(0, 2))] * 2))
+_masks = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 6), st.integers(0, 6)),
+                  max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_frames, _masks)
+def test_a_pixel_differs_when_any_of_its_channels_does_outside_the_masks(frames, masks) -> None:
+    a, b = frames
+    by_definition = (apply_masks(a, masks) != apply_masks(b, masks)).any(axis=2)  # the slow, obvious form
+    assert differing_pixels(a, b, masks) == int(by_definition.sum())
+    assert changed_pixels(apply_masks(a, masks), apply_masks(b, masks)) == int(by_definition.sum())
+    diff = screen_diff(a, b, masks)
+    assert diff.pixels == int(by_definition.sum())
+    if diff.bbox is None:
+        assert not by_definition.any()
+    else:
+        x, y, w, h = diff.bbox
+        ys, xs = np.nonzero(by_definition)
+        assert (x, y, x + w - 1, y + h - 1) == (xs.min(), ys.min(), xs.max(), ys.max())
+    red = (diff_image(a, b) == (255, 0, 0)).all(axis=2)
+    assert (red | ~(a != b).any(axis=2)).all() and red[(a != b).any(axis=2)].all()
+
+
+def test_a_single_channel_change_is_a_changed_pixel() -> None:
+    a = np.zeros((800, 1280, 3), np.uint8)
+    for channel in range(3):
+        b = a.copy()
+        b[799, 1279, channel] = 1
+        assert changed_pixels(a, b) == differing_pixels(a, b) == 1
+        assert differing_pixels(a, b, [(1270, 790, 10, 10)]) == 0

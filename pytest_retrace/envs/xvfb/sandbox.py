@@ -355,13 +355,13 @@ class Sandbox:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit() or int(entry.name) == self.init_pid:
                 continue
-            try:
+            try:  # every desktop's processes are in /proc: the namespace first, the status of ours only
                 info = os.stat(f"/proc/{entry.name}/ns/pid")
+                if (info.st_dev, info.st_ino) != self._ns:
+                    continue
                 status = Path(f"/proc/{entry.name}/status").read_text()
             except OSError:
                 continue  # exited meanwhile
-            if (info.st_dev, info.st_ino) != self._ns:
-                continue
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
             if (not with_root and fields.get("Uid", "").split()[:1] == ["0"]
                     and fields.get("PPid", "").strip() == str(self.init_pid)):
