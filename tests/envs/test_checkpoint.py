@@ -63,12 +63,19 @@ def test_a_restored_desktop_is_the_dumped_one_every_time(env: XvfbEnvironment, t
     env.settle()
     dumped = env.screenshot()
     assert env.take_checkpoint("k", payload={"p": 1}) is None
+    # the dumped desktop goes on as it was, and what it writes after the dump is not in the checkpoint
+    assert np.array_equal(env.screenshot(), dumped)
+    typed(env, "echo after > ~/later.txt")
+    deadline = time.monotonic() + 10
+    while env.read_file("~/later.txt") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.read_file("~/later.txt") == b"after\n"
     for _ in range(2):  # the same images, restored twice: each restore starts from the dump, not the last one
         payload, why = env.restore_checkpoint("k")
         assert why is None and payload == {"p": 1}
         assert np.array_equal(env.screenshot(), dumped)
         assert env.read_file("~/kept.txt") == b"before\n"
-        assert env.read_file("~/later.txt") is None  # written after the previous restore: gone
+        assert env.read_file("~/later.txt") is None  # written after the dump, or after the previous restore: gone
         typed(env, "echo after > ~/later.txt")  # the restored shell takes input and writes files
         deadline = time.monotonic() + 10
         while env.read_file("~/later.txt") is None and time.monotonic() < deadline:

@@ -483,8 +483,9 @@ def test_a_planted_regression_against_a_saved_baseline_fails_the_gate(project: p
 
 @pytest.mark.desktop
 def test_checkpoint_restores_give_the_replays_verdicts(project: pytest.Pytester) -> None:
-    """--retrace-restore=checkpoint: each case replays once (on the worker its tests go to) and every other test
-    of it restores the checkpoint; the verdicts are the replays' (oracle all, noop none); nothing is left."""
+    """--retrace-restore=checkpoint: each case replays once (on the worker its tests go to), taking the
+    checkpoint, and every other test of it restores it; the verdicts are the replays' (oracle all, noop none);
+    nothing is left."""
     from tests.envs.test_checkpoint import _SKIP
 
     if _SKIP is not None:
@@ -497,9 +498,10 @@ def test_checkpoint_restores_give_the_replays_verdicts(project: pytest.Pytester)
     g = groups(summary(project, "cp"))
     assert (g["oracle"]["recovered"], g["noop"]["recovered"], g["oracle"]["errors"] + g["noop"]["errors"]) == (12, 0, 0)
     recs = records(project, "cp")
-    assert all(r["reconstruction"]["restore"] == "checkpoint" for r in recs)
     replayed = [r for r in recs if "reset" in r["timings"]]  # the tests that took a case's checkpoint
     assert sorted(r["case"] for r in replayed) == sorted({r["case"] for r in recs})
+    assert all(r["reconstruction"]["restore"] == ("replay (checkpoint taken)" if r in replayed else "checkpoint")
+               for r in recs)
 
 
 @pytest.mark.desktop

@@ -3,8 +3,9 @@
 A case's error state is reached by replaying its ground-truth prefix and perturbation, and that costs more the
 longer the prefix. With checkpoints, the first test of a case on a desktop replays as always; once s_error is
 verified, the desktop's whole process tree (X server, window manager, every app, in the task's namespaces) is
-dumped with CRIU and the task's files (its home and /tmp) are copied; every test of the case on that desktop
-then restores the tree instead of replaying, and the restored screen and probes are checked as a replayed one.
+dumped with CRIU and the task's files (its home and /tmp) are copied, and that test goes on from its own desktop;
+every later test of the case on that desktop restores the tree instead of replaying, and the restored screen and
+probes are checked as a replayed one.
 
 What it takes, each found by measurement (benchmarks/bench_restore.py):
 - **One tree.** CRIU dumps a process and its descendants. The desktop is built in the in-task layout
@@ -15,8 +16,8 @@ What it takes, each found by measurement (benchmarks/bench_restore.py):
 - **No connection from outside.** The harness's X connections are closed around a dump ("External socket is
   used" otherwise) and opened again after it.
 - **Files are not processes.** CRIU restores what processes hold, not what is on disk, and refuses a file whose
-  size changed since the dump: the task's home and /tmp are copied right after the dump (the dump ends the tree,
-  so nothing writes in between) and put back before every restore.
+  size changed since the dump: the task's home and /tmp are copied by CRIU's post-dump action, while the dumped
+  tree is still stopped (nothing writes in between), and put back before every restore.
 - **A recent CRIU.** Debian 12's criu 3.17 fails on kernels from 6.13 ("Unexpected rt vDSO area bounds"); 4.1
   works. Found as ``$RETRACE_CRIU`` (a command), a Debian trixie root holding criu (``$RETRACE_CRIU_ROOT``, by
   default the checkout's ``.tools/criu-root``, which scripts/bootstrap builds with mmdebstrap) run through its
@@ -36,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -127,9 +129,17 @@ class Criu:
             return False, f"criu {args[0]} did not finish within {timeout:g} s"
         return proc.returncode == 0, errors(proc.stdout + proc.stderr + _read(log))
 
-    def dump(self, pid: int, images: Path, log: Path) -> tuple[bool, str]:
-        """Dump the tree of `pid` into `images`; a dumped tree ends (nothing runs on to change its files)."""
-        return self.run(["dump", "-t", str(pid), "-D", str(images), *_OPTIONS, *_DUMP_OPTIONS], log=log)
+    def dump(self, pid: int, images: Path, log: Path, copies: Sequence[tuple[Path, Path]]) -> tuple[bool, str]:
+        """Dump the tree of `pid` into `images` and leave it running; each (source, target) of `copies` is
+        copied (``cp -a``) while the tree is still stopped for the dump, so the files are those of the dumped
+        processes. CRIU runs its action script at ``post-dump``, after the images are written and before it
+        lets the tree go on (a script that fails lets it go on too, and fails the dump)."""
+        script = log.with_name("post-dump.sh")
+        copy = " && ".join(f"cp -a -- {shlex.quote(str(a))} {shlex.quote(str(b))}" for a, b in copies)
+        script.write_text(f'#!/bin/sh\n[ "$CRTOOLS_SCRIPT_ACTION" != post-dump ] || {{ {copy}; }}\n')
+        script.chmod(0o700)
+        return self.run(["dump", "-t", str(pid), "-D", str(images), "--leave-running", "--action-script",
+                         str(script), *_OPTIONS, *_DUMP_OPTIONS], log=log)
 
     def restore(self, images: Path, pidfile: Path, log: Path, preexec: Any) -> subprocess.Popen[bytes]:
         """CRIU restoring `images`, in the foreground: it stays the tree's parent until the tree ends, so the
@@ -311,8 +321,8 @@ class CheckpointMethods:
         self.in_task = True
 
     def take_checkpoint(self, key: str, payload: object = None) -> str | None:
-        """Dump the current task's desktop as `key`'s checkpoint; None once it is taken, else why not (the desktop
-        is then as it was). A taken checkpoint ends the desktop: restore_checkpoint() it, or reset()."""
+        """Dump the current task's desktop as `key`'s checkpoint; None once it is taken, else why not. Either way
+        the desktop goes on as it was (CRIU stops the tree for the dump only), reconnected."""
         criu = self.checkpoints.criu
         if criu is None or not self.in_task or self.sandbox is None or self.sandbox.init_pid is None:
             return "checkpoints are not enabled on this desktop"
@@ -324,21 +334,19 @@ class CheckpointMethods:
         self._relays.close()
         self._disconnect()
         where = self.checkpoints.new_dir()
+        copies = [(tree, where / "files" / tree.name) for tree in (self.sandbox.home, self.sandbox.tmp)]
         for attempt in range(5):
-            shutil.rmtree(where / "images", ignore_errors=True)
-            (where / "images").mkdir()
-            ok, problem = criu.dump(self.sandbox.init_pid, where / "images", log=where / "dump.log")
+            for path in (where / "images", where / "files"):
+                shutil.rmtree(path, ignore_errors=True)
+                path.mkdir()
+            ok, problem = criu.dump(self.sandbox.init_pid, where / "images", where / "dump.log", copies)
             if ok or "External socket" not in problem:
                 break
             time.sleep(0.05 * (attempt + 1))  # the X server has not yet seen our connections close
+        self._adopt_desktop()  # the tree runs on, taken or not
         if not ok:
             shutil.rmtree(where, ignore_errors=True)
-            self._adopt_desktop()  # a failed dump leaves the tree running
             return f"criu dump failed: {problem}"
-        self.sandbox.kill()  # the dump ended the tree: reap its parent
-        (where / "files").mkdir()
-        for tree in (self.sandbox.home, self.sandbox.tmp):
-            copy_tree(tree, where / "files" / tree.name)
         self.checkpoints.add(Checkpoint(key, where, payload, self._task))
         return None
 
