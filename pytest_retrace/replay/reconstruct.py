@@ -113,7 +113,8 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
     sameness the checks of every restored state already hold; the suite's calibration 740 -> 696 s without.)
     ``result.reconstruction["restore"]`` (s_error) and ``["restore_target"]`` (the oracle's ideal recovery) say
     which: "checkpoint", or "replay (<why>)", "replay (checkpoint taken)" for the test that took it."""
-    note = "restore" if with_error else "restore_target"
+    state = "error" if with_error else "target"
+    note = _note(state)
     if opts.restore != "checkpoint":
         _replay(env, case, opts, result, history, with_error)
         return
@@ -121,7 +122,6 @@ def reconstruct(env: Environment, case: RecoveryCase, opts: ReplayOptions, resul
         result.reconstruction[note] = f"replay (checkpoints unavailable: {opts.restore_problem})"
         _replay(env, case, opts, result, history, with_error)
         return
-    state = "error" if with_error else "target"
     if env.has_checkpoint(_key(case, state)) and _restored(env, case, state, opts, result, history):  # type: ignore[attr-defined]
         return
     _replay(env, case, opts, result, history, with_error, checkpoint_target=True)
@@ -133,6 +133,11 @@ def _key(case: RecoveryCase, state: str) -> str:
     return f"{case.dir}::{case.id}::{state}"
 
 
+def _note(state: str) -> str:
+    """The record's key for how `state` was reached: "restore" (s_error), "restore_target" (s_target)."""
+    return "restore" if state == "error" else "restore_target"
+
+
 def _checkpointed(env: Environment, case: RecoveryCase, state: str, opts: ReplayOptions, result: RecoveryResult,
                   history: list[HistoryStep] | None = None) -> bool:
     """Checkpoint the verified `state` the desktop is in; the desktop goes on, checked again as a restored one is
@@ -140,7 +145,7 @@ def _checkpointed(env: Environment, case: RecoveryCase, state: str, opts: Replay
     with timed_stage(result, opts, "checkpoint", f"checkpoint s_{state}"):
         payload = list(history) if history is not None else None
         why = env.take_checkpoint(_key(case, state), payload)  # type: ignore[attr-defined]
-    note = "restore" if state == "error" else "restore_target"
+    note = _note(state)
     if why is not None:
         result.reconstruction[note] = f"replay (no checkpoint: {why})"
         return True
@@ -157,7 +162,7 @@ def _restored(env: Environment, case: RecoveryCase, state: str, opts: ReplayOpti
               history: list[HistoryStep] | None) -> bool:
     """Restore the case's checkpoint of `state` and check it as a replayed state is checked; on any failure the
     checkpoint is dropped and the reason recorded (the caller replays)."""
-    key, note = _key(case, state), "restore" if state == "error" else "restore_target"
+    key, note = _key(case, state), _note(state)
     with timed_stage(result, opts, "restore", f"restore s_{state} from its checkpoint") as stage:
         try:
             payload, why = env.restore_checkpoint(key, case.masks)  # type: ignore[attr-defined]

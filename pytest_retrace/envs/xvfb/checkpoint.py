@@ -135,7 +135,7 @@ class Criu:
         processes. CRIU runs its action script at ``post-dump``, after the images are written and before it
         lets the tree go on (a script that fails lets it go on too, and fails the dump)."""
         script = log.with_name("post-dump.sh")
-        copy = " && ".join(f"cp -a -- {shlex.quote(str(a))} {shlex.quote(str(b))}" for a, b in copies)
+        copy = " && ".join(shlex.join(copy_argv(a, b)) for a, b in copies)
         script.write_text(f'#!/bin/sh\n[ "$CRTOOLS_SCRIPT_ACTION" != post-dump ] || {{ {copy}; }}\n')
         script.chmod(0o700)
         return self.run(["dump", "-t", str(pid), "-D", str(images), "--leave-running", "--action-script",
@@ -263,10 +263,13 @@ class Checkpoints:
             self._dir = None
 
 
+def copy_argv(source: Path, target: Path) -> list[str]:
+    """How a tree is copied with its owners, modes and special files (`cp -a`: the task's files are its user's)."""
+    return ["cp", "-a", "--", str(source), str(target)]
+
+
 def copy_tree(source: Path, target: Path) -> None:
-    """A tree with its owners, modes and special files (`cp -a`: the task's files are its user's)."""
-    proc = subprocess.run(["cp", "-a", "--", str(source), str(target)], capture_output=True, text=True, timeout=300,
-                          check=False)
+    proc = subprocess.run(copy_argv(source, target), capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
         raise EnvError(f"copying {source} failed: {proc.stderr.strip()[-300:]}")
 
