@@ -7,6 +7,8 @@ Two costs that grow with a worker's heap (pytest, numpy, scipy, the SDK, a few s
   forked the whole worker: page tables copied, then torn down by the child's exec. Now the command line does both
   (``setpriv --pdeathsig KILL``, a shell line writing its pid into the group) and ``subprocess`` uses vfork.
   Measured on a real desktop: the same ``env.run("true")`` through each way, CPU of the worker and its children.
+- **The task's runner** (envs/xvfb/runner.py): the chain (setpriv, a shell joining the group, nsenter, prlimit,
+  setpriv, env) paid once per task by a process inside it, which starts each command with one vfork and exec.
 - **A full collection** (pytest makes several at a worker's end; allocations trigger others): in a process
   forked from one that imported the worker's modules, with the fork server's ``gc.freeze()`` and without.
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from pytest_retrace.envs.xvfb import sandbox as sandbox_module
 from pytest_retrace.envs.xvfb.environment import XvfbEnvironment
+from pytest_retrace.envs.xvfb.runner import Commands
 from pytest_retrace.forkserver import COMMON, SDKS
 from pytest_retrace.replay.cases import Task
 
@@ -53,12 +56,18 @@ def old_popen(self: sandbox_module.Sandbox, argv: Any, **kwargs: Any) -> subproc
     return proc
 
 
-def spawns(env: XvfbEnvironment, runs: int) -> tuple[float, float, float]:
-    """(worker ms, children ms, wall ms) per env.run('true')."""
+def spawns(env: XvfbEnvironment, runs: int, runner: bool) -> tuple[float, float, float]:
+    """(worker ms, children ms, wall ms) per env.run('true'), through the task's runner or the chain. The runner's
+    own start and end are in the time: its CPU (and its commands') is the worker's children's once it has ended."""
+    assert env.sandbox is not None
+    env.sandbox.commands = Commands(env.sandbox.popen, env.sandbox.root / "logs" / "runner.log", runner=runner)
     env.run("true")
+    env.sandbox.commands.stop()
     (me0, kids0), start = cpu(), time.monotonic()
     for _ in range(runs):
         assert env.run("true").returncode == 0
+    assert (env.sandbox.commands.runner is not None) == runner
+    env.sandbox.commands.stop()
     (me1, kids1), wall = cpu(), time.monotonic() - start
     return (me1 - me0) * 1000 / runs, (kids1 - kids0) * 1000 / runs, wall * 1000 / runs
 
@@ -99,12 +108,14 @@ def main() -> None:
     env.start()
     try:
         env.reset(TASK, REPO)
-        rows: dict[str, list[tuple[float, float, float]]] = {"preexec_fn (fork)": [], "setpriv (vfork)": []}
+        ways = (("preexec_fn (fork)", old_popen, False), ("setpriv (vfork)", sandbox_module.Sandbox.popen, False),
+                ("the task's runner", sandbox_module.Sandbox.popen, True))
+        rows: dict[str, list[tuple[float, float, float]]] = {way: [] for way, _, _ in ways}
         new_popen = sandbox_module.Sandbox.popen
         for _ in range(args.repeat):
-            for way, popen in (("preexec_fn (fork)", old_popen), ("setpriv (vfork)", new_popen)):
+            for way, popen, runner in ways:
                 sandbox_module.Sandbox.popen = popen  # type: ignore[method-assign]
-                rows[way].append(spawns(env, args.runs))
+                rows[way].append(spawns(env, args.runs, runner))
         sandbox_module.Sandbox.popen = new_popen  # type: ignore[method-assign]
     finally:
         env.close()
@@ -119,8 +130,9 @@ def main() -> None:
         me, kids, wall = (sorted(s[i] for s in samples)[len(samples) // 2] for i in range(3))
         totals[way] = me + kids
         print(f"{way:24} {me:10.2f} {kids:12.2f} {me + kids:8.2f} {wall:8.2f}")
-    old, new = totals.values()
-    print(f"preexec_fn / setpriv: {old / new:.2f}x CPU per task process")
+    old, chain, runner = totals.values()
+    print(f"preexec_fn / setpriv: {old / chain:.2f}x CPU per task process; setpriv chain / runner: "
+          f"{chain / runner:.2f}x")
     print(f"\n{'gc.collect() in a fork':24} {'CPU ms':>8}")
     for way, samples in gcs.items():
         print(f"{way:24} {samples[len(samples) // 2]:8.2f}")

@@ -331,6 +331,7 @@ class CheckpointMethods:
             return "checkpoints are not enabled on this desktop"
         if self._task is not None and self._task.accessibility:
             return "the task's accessibility buses are started from outside its tree"
+        self.sandbox.commands.stop()  # its socket to the worker cannot be dumped
         why = hand_to_init(self.sandbox)
         if why is not None:
             return why

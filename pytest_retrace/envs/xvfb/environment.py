@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -196,18 +195,16 @@ class XvfbEnvironment(CheckpointMethods, XDesktop):
         assert self.sandbox is not None
         guest = self.sandbox.fs.absolute(path)
         script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        with tempfile.TemporaryFile() as err:
-            proc = self.sandbox.popen(["/bin/sh", "-c", script, "sh", guest], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=err)
-            try:
-                proc.communicate(data, timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise EnvError(f"writing {path} did not finish within 30 s") from None
-            if proc.returncode != 0:
+        with tempfile.TemporaryFile() as data_in, tempfile.TemporaryFile() as err, open(os.devnull, "wb") as null:
+            data_in.write(data)
+            data_in.seek(0)
+            code, note = self.sandbox.commands.call(["/bin/sh", "-c", script, "sh", guest], data_in.fileno(),
+                                                    null.fileno(), err.fileno(), timeout=30)
+            if code is None:
+                raise EnvError(f"writing {path} did not finish within 30 s")
+            if code != 0:
                 err.seek(0)
-                raise EnvError(f"cannot write {path}: {err.read(600).decode(errors='replace').strip()}")
+                raise EnvError(f"cannot write {path}: {err.read(600).decode(errors='replace').strip()}{note}")
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """Run a shell command in the task's sandbox. A timeout is an outcome (exit status 124, as
@@ -215,15 +212,10 @@ class XvfbEnvironment(CheckpointMethods, XDesktop):
         self._check_alive()
         assert self.sandbox is not None
         # files, not pipes: a command that backgrounds a process must not hang us on an open pipe
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = self.sandbox.popen(["/bin/sh", "-c", command], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-            try:
-                code = proc.wait(timeout=timeout)
-                note = ""
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
+            code, note = self.sandbox.commands.call(["/bin/sh", "-c", command], null.fileno(), out.fileno(),
+                                                    err.fileno(), timeout)
+            if code is None:
                 code, note = 124, f"\nretrace: timed out after {timeout:g} s"
             out.seek(0)
             err.seek(0)

@@ -44,6 +44,7 @@ from pytest_retrace.envs.guestfs import GuestFS
 from pytest_retrace.envs.steps import GUEST_HOME
 from pytest_retrace.envs.xvfb.cgroups import TaskGroup
 from pytest_retrace.envs.xvfb.lifetime import die_with_parent, dying_with_parent
+from pytest_retrace.envs.xvfb.runner import Commands
 
 WM_HOME = "/home/.retrace-wm"  # the window manager's home inside a task whose desktop runs in it (xserver.py)
 UID_BASE = 1_900_000_000  # far above any account (system, login, or container sub-uid ranges)
@@ -94,6 +95,7 @@ class Sandbox:
         self.init_pid: int | None = None  # the namespace's init, as the host numbers it
         self._ns: tuple[int, int] | None = None  # (st_dev, st_ino) of the task's PID namespace
         self._children: list[subprocess.Popen[bytes]] = []
+        self.commands = Commands(self.popen, root / "logs" / "runner.log", runner=enabled)  # run(), write_file()
         self.accessibility = False  # the current task's: its processes get the accessibility environment
         self.flag_files = [root / "task.a11y"]  # where the menu's launcher reads it (write_launcher)
         self.group = TaskGroup(f"retrace-X{display.lstrip(':')}", memory=memory, pids=NPROC_LIMIT)
@@ -286,6 +288,7 @@ class Sandbox:
     def kill(self, timeout: float = 10.0) -> None:
         """End every process of the task: the kernel kills the namespace's members when its init dies."""
         (self.root / "task.pid").unlink(missing_ok=True)
+        self.commands.stop()
         if not self.enabled:
             self._kill_tagged(timeout)
         elif self._unshare is not None:
@@ -353,8 +356,8 @@ class Sandbox:
             return []
         found = []
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == self.init_pid:
-                continue
+            if not entry.name.isdigit() or int(entry.name) in (self.init_pid, self.commands.runner_pid):
+                continue  # the init, and the harness's command runner
             try:  # every desktop's processes are in /proc: the namespace first, the status of ours only
                 info = os.stat(f"/proc/{entry.name}/ns/pid")
                 if (info.st_dev, info.st_ino) != self._ns:
