@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,12 @@ def test_a_command_that_ends_its_own_runner_fails_without_an_error(env: XvfbEnvi
     result = env.run("pkill -KILL -x retrace-run; sleep 0.2; echo after")
     assert result.returncode == LOST and "runner ended while the command ran" in result.stderr
     assert env.run("echo next").stdout == "next\n"
+
+
+def test_commands_from_several_threads_at_once_each_get_their_own_result(env: XvfbEnvironment) -> None:
+    # a guest server (`retrace guest`) may run requests on threads: one goes through the runner, the others the chain
+    env.reset(XTERM, REPO)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: env.run(f"sleep 0.3; echo {i}"), range(4)))
+    assert [(r.returncode, r.stdout) for r in results] == [(0, f"{i}\n") for i in range(4)]
+    assert runner_pid(env) is not None

@@ -17,6 +17,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -124,14 +125,15 @@ class Runner:
         return self._buffer.split(b"\n", 1)[0].decode(errors="replace") if b"\n" in self._buffer else ""
 
     def _kill(self) -> None:
-        if self.pid:
+        # nsenter waits for the runner, its child: while nsenter lives, the runner's pid is not anyone else's
+        if self.pid and self.proc.poll() is None:
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self.pid = 0
+        self.pid = 0
         if self.proc.poll() is None:
-            self.proc.kill()  # nsenter: it ends once its child has
+            self.proc.kill()  # before the runner was known: it ends at the socket's end
         try:
             self.proc.wait(timeout=ANSWER)
         except subprocess.TimeoutExpired:
@@ -149,6 +151,7 @@ class Commands:
         self.popen, self.log, self.enabled = popen, log, runner
         self.runner: Runner | None = None
         self._tried = not runner  # for this task: a runner that failed is not started again
+        self._busy = threading.Lock()  # a runner runs one command at a time; another thread's goes by the chain
 
     @property
     def runner_pid(self) -> int | None:
@@ -157,19 +160,13 @@ class Commands:
     def call(self, argv: list[str], stdin: int, stdout: int, stderr: int, timeout: float) -> tuple[int | None, str]:
         """Run `argv` as a task process in a process group of its own: (its exit status, None once killed after
         `timeout` seconds; a line for its stderr)."""
-        if self.runner is None and not self._tried:
-            self._tried = True
-            with open(self.log, "ab") as log:
-                self.runner = Runner.start(self.popen, log)
-        if self.runner is not None:
+        if self._busy.acquire(blocking=False):
             try:
-                return self.runner.call(argv, stdin, stdout, stderr, timeout), ""
-            except Lost:
-                self.runner = None
-                return LOST, "\nretrace: the task's command runner ended while the command ran"
-            except Gone:
-                self.runner.close()
-                self.runner = None  # the chain for the rest of this task
+                done = self._through_runner(argv, stdin, stdout, stderr, timeout)
+            finally:
+                self._busy.release()
+            if done is not None:
+                return done
         proc = self.popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True)
         try:
             return proc.wait(timeout=timeout), ""
@@ -177,6 +174,27 @@ class Commands:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None, ""
+
+    def _through_runner(self, argv: list[str], stdin: int, stdout: int, stderr: int,
+                        timeout: float) -> tuple[int | None, str] | None:
+        """As call(), through the task's runner; None where it has none (left to the chain)."""
+        if self.runner is None and not self._tried:
+            self._tried = True
+            with open(self.log, "ab") as log:
+                self.runner = Runner.start(self.popen, log)
+        runner = self.runner  # stop() may end it meanwhile, from the thread that resets the task
+        if runner is None:
+            return None
+        try:
+            return runner.call(argv, stdin, stdout, stderr, timeout), ""
+        except Lost:
+            runner.close()
+            self.runner = None
+            return LOST, "\nretrace: the task's command runner ended while the command ran"
+        except Gone:
+            runner.close()
+            self.runner = None  # the chain for the rest of this task
+            return None
 
     def stop(self) -> None:
         """End the runner (with its task, or for a checkpoint, which cannot take its socket to the worker); the
