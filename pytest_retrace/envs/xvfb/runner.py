@@ -140,8 +140,13 @@ class Runner:
             pass
 
     def close(self) -> None:
-        self._kill()
+        """End the runner: its socket's end, and it exits (SIGKILL if it does not within a second)."""
         self.sock.close()
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill()
 
 
 class Commands:
