@@ -126,3 +126,15 @@ def test_commands_from_several_threads_at_once_each_get_their_own_result(env: Xv
         results = list(pool.map(lambda i: env.run(f"sleep 0.3; echo {i}"), range(4)))
     assert [(r.returncode, r.stdout) for r in results] == [(0, f"{i}\n") for i in range(4)]
     assert runner_pid(env) is not None
+
+
+def test_a_kill_that_crosses_its_commands_exit_and_a_runner_ended_meanwhile_change_no_result(
+        env: XvfbEnvironment) -> None:
+    env.reset(XTERM, REPO)
+    env.run("true")
+    runner = env.sandbox.commands.runner if env.sandbox else None
+    assert runner is not None
+    runner.sock.sendall(b"kill\n")  # what the worker sends when a command's time is up as it exits
+    assert env.run("echo one").stdout == "one\n" and env.sandbox.commands.runner is runner
+    runner._end()  # as after a kill the runner never answered: its socket closed, the runner gone
+    assert env.run("echo two").stdout == "two\n" and runner_pid(env) is None  # the chain ran it

@@ -83,7 +83,7 @@ class Runner:
         except Gone:
             pass
         try:  # its time is up: the runner ends the command's group
-            self.sock.sendall(b"kill")
+            self.sock.sendall(b"kill\n")
             self._exit(time.monotonic() + ANSWER)
         except (OSError, Gone, Lost):
             self._end()
@@ -115,13 +115,14 @@ class Runner:
     def _end(self) -> str:
         """End the runner: the first line it had sent and we had not read ("" if none)."""
         self._kill()
-        self.sock.setblocking(False)
-        try:
-            while chunk := self.sock.recv(4096):
-                self._buffer += chunk
-        except OSError:
-            pass
-        self.sock.close()
+        if self.sock.fileno() >= 0:  # not yet closed
+            self.sock.setblocking(False)
+            try:
+                while chunk := self.sock.recv(4096):
+                    self._buffer += chunk
+            except OSError:
+                pass
+            self.sock.close()
         return self._buffer.split(b"\n", 1)[0].decode(errors="replace") if b"\n" in self._buffer else ""
 
     def _kill(self) -> None:

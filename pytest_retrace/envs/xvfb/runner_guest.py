@@ -7,8 +7,8 @@ chain's six execs. The standard library only: the virtualenv is hidden in the ta
 
 FD is a socket to the worker. A request is a JSON list (the command's argv) sent with three file descriptors (its
 stdin, stdout, stderr); the answer is ``started`` once it runs, then ``exit N`` (N as subprocess reports it:
-negative for a signal). ``kill`` while it runs ends its process group. The socket's end ends this process, and
-the command's group with it.
+negative for a signal). ``kill`` (a line) while it runs ends its process group; one that crossed the command's
+exit is ignored. The socket's end ends this process, and the command's group with it.
 
 The task's own processes run as the same user and could signal this one (the worker then falls back to the chain)
 but not read or steer it: it makes itself non-dumpable, which denies their ptrace and its /proc files.
@@ -51,7 +51,7 @@ def wait(sock: socket.socket, proc: subprocess.Popen[bytes]) -> int:
         while True:
             ready, _, _ = select.select([pidfd, sock], [], [])
             if sock in ready:
-                said = sock.recv(64)  # "kill", or b"": the worker is gone
+                said = sock.recv(64)  # "kill\n", or b"": the worker is gone
                 try:
                     os.killpg(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -79,6 +79,10 @@ def main() -> None:
         message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         if not message:
             return
+        while message.startswith(b"kill\n"):  # a kill that crossed its command's exit: nothing to end
+            message = message[5:]
+        if not message and not fds:
+            continue
         for fd in fds:  # the command gets them as 0, 1 and 2 only
             os.set_inheritable(fd, False)
         try:
