@@ -4,7 +4,6 @@ the sandbox's chain starts, and nothing the task does to it changes a command's 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,14 +30,6 @@ IDENTITY = ("id; pwd; umask; grep -E 'processes|file size' /proc/self/limits; ca
             "for ns in pid mnt net ipc uts cgroup user; do readlink /proc/self/ns/$ns; done; "
             "env | grep -v '^_=' | LC_ALL=C sort; [ -t 0 ] || echo 'stdin: not a terminal'; "
             "echo session $(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f4)")
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[XvfbEnvironment]:
-    e = XvfbEnvironment(hide=[REPO])
-    e.start()
-    yield e
-    e.close()
 
 
 def through(env: XvfbEnvironment, runner: bool) -> None:
