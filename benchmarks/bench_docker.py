@@ -17,9 +17,11 @@ measurements alternating between the providers so that a change in the machine's
   split into the request (grab, encode, transfer) and the decode here; and the environment's own
   ``screenshot()``, which is what settling polls;
 - reset split: where each timed reset's seconds went, by the methods it calls (wrapped to time them, each run
-  as is): docker's removal of the previous container, creating and starting the next one, waiting for its
-  guest to answer, and for both providers the task's files, its app launch (with the window wait), the final
-  settle, and the rest; the screenshots taken inside them are counted;
+  as is): docker's removal of a container, creating and starting one, waiting for its guest to answer (in
+  the reset's own thread: only where no spare was ready), and for both providers the task's files, its app
+  launch (with the window wait), the final settle, and the rest (docker's: waiting for its thread); then,
+  marked [thread], what docker's reset did alongside in a thread (the last container removed, the next case's
+  booted: ``spare``); the screenshots taken inside them are counted;
 - case: the full replay (replay.run_case) of --cases built-in cases with the ``oracle`` baseline, as
   ``pytest --retrace-model=oracle`` runs them; seconds per case and of them in resets (the oracle resets
   twice), the ratio, and whether the verdicts (recovered, R_O, R_TC) agree.
@@ -34,6 +36,7 @@ import io
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -71,16 +74,22 @@ MOVE_POINTS = ((600, 400), (680, 440))
 
 
 RAW_TYPE = "application/octet-stream"  # GET /screenshot?format=rgb's reply from a guest that has it
-# What a reset calls, by provider class: (method, label). Disjoint at the top of a reset: nothing here calls
-# another of its list while a reset runs (screenshots are counted on their own: settle and launch take them).
+# What a reset calls, by provider class: (method, label). Disjoint at the top of a reset's own thread: nothing
+# here calls another of its list there (screenshots are counted on their own: settle and launch take them).
+# Docker's reset removes the last container and boots the next one in a thread while it prepares the task: what
+# runs there is labelled THREAD, shown on its own and not subtracted from the reset's "rest" (it overlaps).
 RESET_PHASES: dict[type, list[tuple[str, str]]] = {
-    DockerEnvironment: [("_remove", "remove the previous container"), ("_start", "create and start a container"),
-                        ("_wait_ready", "wait for its guest (/health)")],
+    DockerEnvironment: [("_remove", "remove a container"), ("_start", "create and start a container"),
+                        ("_wait_ready", "wait for its guest (/health)"),
+                        ("_next_container", "remove the last, boot the next (spare)")],
     RemoteEnvironment: [("write_file", "task files"), ("launch", "launch the app, wait for its window"),
                         ("settle", "settle (the reset's last step)")],
 }
 RESET_PHASES[XvfbEnvironment] = [("kill_session", "xvfb: kill the previous session"),
                                  ("_restart_display", "xvfb: restart its display"), *RESET_PHASES[RemoteEnvironment]]
+
+
+THREAD = " [thread]"
 
 
 class Phases:
@@ -105,7 +114,8 @@ class Phases:
                 if label is None:
                     self.shots += 1
                 else:
-                    self.seconds[label] += time.perf_counter() - start
+                    main = threading.current_thread() is threading.main_thread()
+                    self.seconds[label if main else label + THREAD] += time.perf_counter() - start
 
         setattr(owner, name, timed_call)
 
@@ -258,7 +268,8 @@ def main() -> int:
             for name in PROVIDERS if i % 2 == 0 else PROVIDERS[::-1]:
                 seconds, split, shots = phases.run(lambda e=envs[name]: e.reset(task, files, masks))
                 resets[name].append(seconds)
-                splits[name].append(({**split, "rest": seconds - sum(split.values())}, shots))
+                own = sum(v for k, v in split.items() if not k.endswith(THREAD))
+                splits[name].append(({**split, "rest": seconds - own}, shots))
         print("  resets: " + ", ".join(f"{n} " + " ".join(f"{s:.2f}" for s in resets[n]) for n in PROVIDERS),
               flush=True)
 
@@ -326,7 +337,7 @@ def main() -> int:
     line("  min", min(resets["xvfb"]), min(resets["docker"]))
     line("  max", max(resets["xvfb"]), max(resets["docker"]))
     labels = [*(lb for _, lb in RESET_PHASES[DockerEnvironment]), *(lb for _, lb in RESET_PHASES[XvfbEnvironment]),
-              "rest"]
+              "rest", *(lb + THREAD for _, lb in RESET_PHASES[DockerEnvironment])]
     for label in labels:
         got = {n: statistics.median(split.get(label, 0.0) for split, _ in splits[n]) for n in PROVIDERS}
         line(f"    {label}", got["xvfb"], got["docker"],

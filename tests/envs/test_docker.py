@@ -134,6 +134,38 @@ def test_the_spare_is_a_fresh_container_too(client, tmp_path: Path) -> None:
 
 
 @pytest.mark.desktop
+def test_the_spare_serves_before_the_reset_returns_and_one_that_fails_is_dropped(client, tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    import urllib.request
+
+    env = DockerEnvironment(size=SIZE, settle=FAST)  # the spare is the default
+    env.start()
+    try:
+        env.reset(Task("t", [FileStep(type="file", path="~/task/seed.txt", content="seed")]), tmp_path)
+        spare = env._spare
+        assert spare is not None and spare.id != env.container_id
+        # booted within the reset: its guest already serves, so nothing of it runs alongside the case
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(spare.url + "/health", timeout=2) as r:
+            assert r.status == 200
+        env.reset(Task("t2"), tmp_path)
+        assert env.container_id == spare.id and env.read_file("~/task/seed.txt") is None
+
+        def engine_says_no(net: str, accessibility: bool = False):
+            raise EnvError("the engine refused")
+
+        real_start = env._start
+        monkeypatch.setattr(env, "_start", engine_says_no)
+        env.reset(Task("t3"), tmp_path)  # takes the last reset's spare; the next one cannot start: dropped
+        assert env._spare is None and env.run("echo ok").stdout == "ok\n"
+        monkeypatch.setattr(env, "_start", real_start)
+        env.reset(Task("t4"), tmp_path)  # no spare: starts its own, and a spare again
+        assert env.run("echo ok").stdout == "ok\n" and env._spare is not None
+        assert len(_owned_by(client, os.getpid())) == 2
+    finally:
+        env.close()
+
+
+@pytest.mark.desktop
 def test_the_agent_cannot_end_its_own_desktop(env: DockerEnvironment, tmp_path: Path) -> None:
     """Everything of the task runs as `user`; the guest server and the X server are root's, so an agent that
     kills all it can still has a desktop (its case fails, it does not become an infrastructure error)."""

@@ -8,12 +8,12 @@
   setup), so both paths are the same code; actions are the xvfb provider's own xdotool commands
   (envs/xdotool.py) sent through /execute, so the X server sees the same events as on the local desktop.
 - **Reset recreates the container** from the image: nothing of the previous case can survive (files, processes,
-  X server state, anything the agent changed anywhere in the container's file system). With ``spare``
-  (off by default) the next case's container is started at the end of each reset and boots while the case
-  runs: untouched but by its own boot, it is what a container created at the next reset would be, and the
-  reset is ~1 s shorter; but its boot loads the machine exactly while the case's prefix replays, and one
-  timing-sensitive built-in case then desynced (4 of 12 at -n 8; 0 of 12 without). Measured cost in
-  benchmarks/bench_docker.py.
+  X server state, anything the agent changed anywhere in the container's file system). With ``spare`` (the
+  default) the next case's container is created and booted *inside* each reset, while the reset prepares the
+  current one (its files, its app, the settle), and the reset waits for both: the next reset takes it as is.
+  Untouched but by its own boot, it is what a container created at that reset would be; its boot is over
+  before the case's prefix replays (booted while the case ran instead, a timing-sensitive built-in case
+  desynced in 4 of 12 replays at -n 8). Measured cost in benchmarks/bench_docker.py.
 - **Accessibility**: a task with ``accessibility`` (its judge reads the AT-SPI tree) gets a container started with
   ``--accessibility`` (guest/container.py: its own session and AT-SPI buses, bridges on), never the spare (made
   without); the tree is read with pyatspi, which the ``osworld`` variant has. Measured cost in docs/osworld.md.
@@ -36,7 +36,7 @@
 Options (``--retrace-env-option KEY=VALUE`` or ``envs/NAME.yaml``): ``image`` (a prebuilt desktop image, not
 built here), ``hosts``, ``memory`` (``"4g"`` or bytes), ``cpus``, ``pids_limit``, ``timeout`` (seconds one
 request to the guest may take), ``ready_timeout`` (seconds a new container may take to serve), ``spare``
-(boot the next case's container during this one; default false), ``variant`` (``osworld``: the image with
+(boot the next case's container during this one's reset; default true), ``variant`` (``osworld``: the image with
 OSWorld's apps, envs/docker/desktop-image/packages-osworld.txt; default ``default``).
 """
 
@@ -44,15 +44,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import secrets
 import socket
 import tempfile
+import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ import numpy as np
 
 from pytest_retrace.actions import Action
 from pytest_retrace.envs import CommandResult, EnvError, check_on_screen
+from pytest_retrace.envs.docker.containers import LABEL, Container, remove_leftovers, state, wait_ready
 from pytest_retrace.envs.docker.image import check_variant
 from pytest_retrace.envs.docker.logs import LogTail, container_logs
 from pytest_retrace.envs.docker.options import parse_hosts, parse_memory
@@ -70,7 +72,6 @@ from pytest_retrace.envs.xdotool import commands, typable
 from pytest_retrace.screen.frames import DEFAULT_SCREEN, Rect
 from pytest_retrace.screen.settle import SettleConfig, Settled
 
-LABEL = "pytest-retrace"
 GUEST_PORT = 5000
 GUEST_PYTHON = "/opt/retrace/bin/python"
 TOKEN_VARIABLE = "RETRACE_GUEST_TOKEN"  # guest/container.py
@@ -79,28 +80,8 @@ TASK_UID_BASE, TASK_UIDS = 2_000_000_000, 100_000_000  # above envs/xvfb/sandbox
 NETWORKS = {"none": "pytest-retrace-isolated", "host": "pytest-retrace-open"}
 # What the guest (root in the container) needs to run the task as `user` and serve its files; nothing else.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
+_log = logging.getLogger(__name__)
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@dataclass
-class _Container:
-    id: str
-    stdin: Any  # the attached stdin whose closing ends the container
-    url: str  # of its guest
-    token: str
-    network: str  # the docker network it is on
-    accessibility: bool = False  # started with --accessibility: the task's AT-SPI buses (guest/container.py)
-    logs: LogTail | None = None  # its output, followed: auto-remove deletes the logs of a container that exits
 
 
 class DockerEnvironment:
@@ -109,7 +90,7 @@ class DockerEnvironment:
     def __init__(self, size: tuple[int, int] = DEFAULT_SCREEN, settle: SettleConfig | None = None,
                  network: str = "none", hide: Sequence[Path | str] = (), image: str | None = None,
                  hosts: str | Sequence[str] | None = None, memory: int | str = "4g", cpus: float = 2.0,
-                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = False,
+                 pids_limit: int = 4096, timeout: float = 30.0, ready_timeout: float = 60.0, spare: bool = True,
                  variant: str = "default") -> None:
         if network not in NETWORKS:
             raise ValueError(f"network: {network!r} is not one of {', '.join(NETWORKS)}")
@@ -140,8 +121,8 @@ class DockerEnvironment:
         self.engine = ""
         self._client: Any = None
         self.spare = spare
-        self._current: _Container | None = None  # the current case's
-        self._spare: _Container | None = None  # the next case's, booting
+        self._current: Container | None = None  # the current case's
+        self._spare: Container | None = None  # the next case's, booted
         self._guest: RemoteEnvironment | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -158,7 +139,7 @@ class DockerEnvironment:
             self._client.ping()
         except Exception as exc:  # noqa: BLE001 - the SDK raises DockerException, requests' and socket errors
             raise EnvError(f"docker engine {self.engine}: cannot connect: {exc}") from None
-        self._remove_leftovers()
+        remove_leftovers(self._client)
         if self.image is None:
             from pytest_retrace.envs.docker.image import ensure_image
 
@@ -194,46 +175,57 @@ class DockerEnvironment:
                 with contextlib.suppress(docker.errors.APIError):  # in use by a container: it stays
                     extra.remove()
 
-    def _remove_leftovers(self) -> None:
-        """Containers of owners that died on this machine without closing (stdin-once normally ends them)."""
-        me = socket.gethostname()
-        # ignore_removed: another worker's container can auto-remove between the listing and its inspection
-        mine = self._client.containers.list(all=True, filters={"label": f"{LABEL}=desktop"}, ignore_removed=True)
-        for container in mine:
-            owner_host, _, pid = container.labels.get(f"{LABEL}.owner", "").rpartition(":")
-            if owner_host == me and pid.isdigit() and not _pid_alive(int(pid)):
-                with contextlib.suppress(Exception):  # already going (auto-remove)
-                    container.remove(force=True)
-
     def reset(self, task: TaskSetup, files: Path, masks: Sequence[Rect] = ()) -> None:
         if self._client is None:
             raise EnvError("the environment is not started")
-        self._remove(self._current)
+        previous, self._current = self._current, None
         if self._guest is not None:
-            self._guest.close()  # its relays (forward) reach the container just removed
-        self._current = self._guest = None
+            self._guest.close()  # its relays (forward) reach the container about to go
+        self._guest = None
         net = self._network_for("host" if task.network or self.network == "host" else "none")
         spare, self._spare = self._spare, None
         if spare is not None and (spare.network, spare.accessibility) != (net, task.accessibility):
             self._remove(spare)  # made for the other network, or without the buses this task's judge reads
             spare = None
-        box = self._current = spare or self._start(net, task.accessibility)
-        self._wait_ready(box)
+        if spare is None:
+            self._remove(previous)
+            previous, spare = None, self._start(net, task.accessibility)
+            self._wait_ready(spare)
+        box = self._current = spare
         guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[box.url], timeout=self.timeout,
                                   python=GUEST_PYTHON)
         guest.attach(box.url, box.token, probe=False)
         self._guest = guest
-        guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
-        if self.spare:
-            # the next case's container boots while this one runs: a container made from the image that nothing
-            # has touched but its own boot is what a new one would be, so reset stays equivalent to recreating;
-            # it is used only for a task it is exactly that for (its network, no accessibility buses)
-            self._spare = self._start(self._network_for("none"))
+        # the previous container goes and (with spare) the next case's boots while this one is prepared: only
+        # that thread uses the docker client until it is joined, before the reset returns and the case starts
+        after = threading.Thread(target=self._next_container, args=(previous,),
+                                 name="retrace-docker-spare", daemon=True)
+        after.start()
+        try:
+            guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
+        finally:
+            after.join()
+
+    def _next_container(self, previous: Container | None) -> None:
+        """Remove `previous`; with spare, start the next case's container and wait until it serves. A spare that
+        does not come up is dropped, and the next reset starts its own (where the engine's fault is its error)."""
+        self._remove(previous)
+        if not self.spare:
+            return
+        box = None
+        try:
+            box = self._start(self._network_for("none"))
+            self._wait_ready(box)
+        except Exception as exc:  # noqa: BLE001 - EnvError, or the engine's own errors
+            _log.warning("docker: the spare container was dropped: %s", exc)
+            self._remove(box)
+            return
+        self._spare = box
 
     def _network_for(self, network: str) -> str:
         return NETWORKS["host" if self._remote_engine else network]
 
-    def _start(self, net: str, accessibility: bool = False) -> _Container:
+    def _start(self, net: str, accessibility: bool = False) -> Container:
         """Create, attach and start a container on the docker network `net` (not waiting for its guest); with
         `accessibility`, its entry point starts the task's AT-SPI buses before serving."""
         api = self._client.api
@@ -252,7 +244,7 @@ class DockerEnvironment:
             host_config=host_config, ports=[GUEST_PORT] if remote else None,
             labels={LABEL: "desktop", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
                     f"{LABEL}.run": _RUN_ID, f"{LABEL}.worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
-        box = _Container(created["Id"], None, "", token, net, accessibility)
+        box = Container(created["Id"], None, "", token, net, accessibility)
         try:
             # attached before start: when this socket closes (close(), or this process dying), stdin closes
             # (StdinOnce), the entry point exits and auto-remove deletes the container
@@ -271,37 +263,16 @@ class DockerEnvironment:
         box.url = f"http://{address}:{port}"
         return box
 
-    def _wait_ready(self, box: _Container) -> None:
-        import urllib.error
-        import urllib.request
-
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + self.ready_timeout
-        while True:
-            try:
-                with opener.open(box.url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            state = self._state(box.id)
-            if state not in ("running", "created"):
-                raise EnvError(f"docker: the desktop container exited ({state}) before serving: {self._logs(box)}")
-            if time.monotonic() > deadline:
-                raise EnvError(f"docker: the desktop container did not serve within {self.ready_timeout:g} s: "
-                               f"{self._logs(box)}")
-            time.sleep(0.05)
+    def _wait_ready(self, box: Container) -> None:
+        wait_ready(self._client.api, box, self.ready_timeout)
 
     def _state(self, container: str) -> str:
-        try:
-            return self._client.api.inspect_container(container)["State"]["Status"]
-        except Exception:  # noqa: BLE001 - gone (auto-removed) or the engine failed
-            return "removed"
+        return state(self._client.api, container)
 
-    def _logs(self, box: _Container) -> str:
+    def _logs(self, box: Container) -> str:
         return container_logs(self._client.api, box.id, box.logs)
 
-    def _remove(self, box: _Container | None) -> None:
+    def _remove(self, box: Container | None) -> None:
         if box is None:
             return
         with contextlib.suppress(Exception):  # already gone: auto-remove, or its stdin closed it
