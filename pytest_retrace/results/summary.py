@@ -193,9 +193,10 @@ def build_summary(records: Iterable[Record], run: RunInfo, forward: Iterable[For
 
 
 def failed_tests(records: Sequence[Record]) -> list[FailedTest]:
-    """Every counted test that did not recover or broke, in the order they finished."""
+    """Every counted test that did not recover or broke, by test id: the summary of a run does not depend on the
+    order its tests ran or finished in (xdist hands them out spread over the domains, plugin/collection.py)."""
     return [FailedTest(nodeid=r.nodeid, case=r.case, model=r.model, strategy=r.strategy, budget=r.budget,
                        run_index=r.run_index, verdict=r.verdict, r_o=r.r_o, r_tc=r.r_tc, ssim=r.ssim,
                        artifacts=dict(r.artifacts),
                        error=None if r.error is None else ErrorAt(stage=r.error.stage, kind=r.error.kind))
-            for r in dedupe(records)[0] if r.verdict != "recovered"]
+            for r in sorted(dedupe(records)[0], key=lambda r: r.nodeid) if r.verdict != "recovered"]

@@ -5,7 +5,6 @@ failing every attempt is the test's error, at the reset stage."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

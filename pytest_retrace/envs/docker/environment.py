@@ -190,18 +190,19 @@ class DockerEnvironment:
         if spare is None:
             self._remove(previous)
             previous, spare = None, self._start(net, task.accessibility)
+            self._current = spare  # removed at the next reset or close even if it never serves
             self._wait_ready(spare)
         box = self._current = spare
-        guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[box.url], timeout=self.timeout,
-                                  python=GUEST_PYTHON)
-        guest.attach(box.url, box.token, probe=False)
-        self._guest = guest
         # the previous container goes and (with spare) the next case's boots while this one is prepared: only
         # that thread uses the docker client until it is joined, before the reset returns and the case starts
         after = threading.Thread(target=self._next_container, args=(previous,),
                                  name="retrace-docker-spare", daemon=True)
         after.start()
         try:
+            guest = RemoteEnvironment(size=self.size, settle=self.settle_cfg, urls=[box.url], timeout=self.timeout,
+                                      python=GUEST_PYTHON)
+            guest.attach(box.url, box.token, probe=False)
+            self._guest = guest
             guest.prepare(task, files, masks)  # a new container: no key held, the pointer parked by its boot
         finally:
             after.join()
