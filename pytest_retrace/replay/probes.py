@@ -100,12 +100,16 @@ class ProcessGetter(_Model):
     def command(self) -> str:
         """The shell command that reads it: one line per matching process (its fields' lines joined by tabs,
         sorted), the lines sorted, so the value does not depend on pids or the order /proc lists them in.
-        The probe's own shell and its subshells are one session (env.run starts a new one): left out."""
+        The probe's own shell and its subshells are left out: the processes descending from the shell's pid. Not
+        by session or process group: inside the task's pid namespace both read 0 wherever their leader is
+        outside it, and a launched app's (xterm, soffice) matched the probe's own, so the probe read nothing."""
         reads = "; ".join(_PROCESS_READS[f] for f in self.read)
-        return ("me=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f4); "
+        return ("me=$$; "
                 "for p in /proc/[0-9]*; do "
                 f'[ "$(cat "$p/comm" 2>/dev/null)" = {self.name} ] || continue; '
-                "[ \"$(sed 's/.*) //' \"$p/stat\" 2>/dev/null | cut -d' ' -f4)\" = \"$me\" ] && continue; "
+                'q=${p#/proc/}; while [ "$q" -gt 1 ] && [ "$q" != "$me" ]; do '
+                "q=$(sed 's/.*) //' /proc/$q/stat 2>/dev/null | cut -d' ' -f2); q=${q:-0}; done; "
+                '[ "$q" = "$me" ] && continue; '
                 f"{{ {reads}; }} 2>/dev/null | LC_ALL=C sort | tr '\\n' '\\t'; echo; "
                 "done | LC_ALL=C sort")
 

@@ -136,6 +136,21 @@ def test_a_process_probe_sees_a_background_job_but_not_an_alias(env: XvfbEnviron
     assert probe_value(env, shell) == digest(b"0\n" + fresh.encode())
 
 
+def test_a_process_probe_reads_a_launched_app_and_never_its_own_shell(env: XvfbEnvironment, tmp_path: Path) -> None:
+    """A launched app's session and process group lie outside the task's pid namespace (they read 0 in /proc,
+    as the probe's own shell's session does): the probe left it out with its own processes and read nothing."""
+    from pytest_retrace.replay.cases import Task
+    from pytest_retrace.replay.probes import ProcessGetter
+
+    env.reset(Task.model_validate(TASK), tmp_path)
+    xterm = env.run(ProcessGetter(type="process", name="xterm", read=["cwd", "cmdline"]).command).stdout
+    assert xterm.count("\n") == 1 and "cmdline xterm -fa DejaVu Sans Mono" in xterm and "cwd /home/user\t" in xterm
+    # the probe's shell (sh) and its subshells are not the task's: a task's own sh is
+    assert env.run(ProcessGetter(type="process", name="sh", read=["cmdline"]).command).stdout == ""
+    env.execute(parse_action("pyautogui.write('sh -c \\'sleep 600\\' & clear\\n')")[0])
+    assert "cmdline sh -c sleep 600" in env.run(ProcessGetter(type="process", name="sh", read=["cmdline"]).command).stdout
+
+
 def test_a_case_verified_by_determinism_only_is_recovered_by_the_oracle_not_by_noop(env: XvfbEnvironment) -> None:
     """The alias case (tests/data/alias-case): its error state is vouched for by its recording only, so replay
     checks pixels and no probe, and R_TC alone tells the oracle's restore (a fresh shell) from doing nothing."""
